@@ -1,0 +1,334 @@
+"""Task-family base class, scene context and the waypoint planner every scripted oracle builds on.
+
+A family (Ravens-style) bundles: roles, task variants and instruction templates (the task factor); a
+narrow seed distribution and a wide generator space (`ranges.py`); held-out suite samplers; a sparse
+verifier `success(state, ctx)`; an ordered list of cumulative phase predicates evaluated on simulator
+state; and a scripted closed-loop planner whose trajectory is a demonstration in the policy's action format.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from coda.sim.families.ranges import RANGES, SUITES, TRAIN_TEMPLATES
+from coda.sim.scene import ObjectSpec, Pose, SceneSpec, SpatialSpec, TaskSpec
+
+SPLITS = ("seed", "generator", *SUITES)
+State = dict[str, np.ndarray]
+
+
+@dataclass
+class SceneContext:
+    """Geometry a predicate needs, fixed when a scene is loaded; JSON-serialisable via `to_dict`."""
+
+    family: str
+    variant: str
+    bindings: dict[str, int]
+    goal: tuple[float, ...]
+    half_extents: np.ndarray  # (N, 3) scaled object half sizes
+    init_pos: np.ndarray  # (N, 3) settled positions
+    init_art_q: np.ndarray  # (K,) settled articulation joint positions
+    joint_limits: np.ndarray  # (K, 2)
+    inner: dict[int, np.ndarray] = field(default_factory=dict)  # containers: inner half x, y, floor z
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family, "variant": self.variant, "bindings": dict(self.bindings),
+            "goal": list(self.goal), "half_extents": self.half_extents.tolist(),
+            "init_pos": self.init_pos.tolist(), "init_art_q": self.init_art_q.tolist(),
+            "joint_limits": self.joint_limits.tolist(), "inner": {str(k): v.tolist() for k, v in self.inner.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SceneContext:
+        return cls(
+            d["family"], d["variant"], dict(d["bindings"]), tuple(d["goal"]), np.array(d["half_extents"]),
+            np.array(d["init_pos"]), np.array(d["init_art_q"]), np.array(d["joint_limits"]).reshape(-1, 2),
+            {int(k): np.array(v) for k, v in d["inner"].items()},
+        )
+
+    @classmethod
+    def from_world(cls, world) -> SceneContext:
+        scene, st = world.scene, world.state()
+        limits = [lim for b in world.bodies for lim in b.joint_limits]
+        return cls(
+            scene.task.family, scene.task.variant, dict(scene.task.bindings), tuple(scene.task.goal),
+            np.array([b.half_extents for b in world.bodies]), st["obj_pos"].copy(), st["art_q"].copy(),
+            np.array(limits, dtype=np.float64).reshape(-1, 2),
+            {i: b.inner for i, b in enumerate(world.bodies) if b.inner is not None},
+        )
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    predicate: Callable[[State, SceneContext], bool]
+
+
+def yaw_of(quat: Sequence[float]) -> float:
+    x, y, z, w = quat
+    return math.atan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z))
+
+
+def is_heldout_instance(asset_id: str) -> bool:
+    """20% of every category's instances are held out, chosen by a hash of the id (stable, seed-free)."""
+    return int(hashlib.sha256(asset_id.encode()).hexdigest(), 16) % 5 == 0
+
+
+def uniform(rng: np.random.Generator, r) -> float:
+    """Sample a range (lo, hi) or a union of ranges [(lo, hi), ...] uniformly by length."""
+    if isinstance(r, list):
+        lengths = np.array([hi - lo for lo, hi in r])
+        k = int(rng.choice(len(r), p=lengths / lengths.sum()))
+        r = r[k]
+    lo, hi = r
+    return float(rng.uniform(lo, hi))
+
+
+class Family:
+    """Base class of a task family. Subclasses set the class attributes and implement the hooks."""
+
+    name: ClassVar[str]
+    roles: ClassVar[tuple[str, ...]]
+    variants: ClassVar[tuple[str, ...]]
+    templates: ClassVar[tuple[str, ...]]
+    goal_dim: ClassVar[int] = 0
+    factors: ClassVar[tuple[str, ...]]  # generative factors the engine varies and diagnoses attribute to
+
+    # -- spaces ----------------------------------------------------------------------------------
+    @classmethod
+    def space(cls, split: str) -> dict[str, Any]:
+        """Factor ranges for a split: the seed ranges overridden by the split's own (see ranges.py)."""
+        spaces = RANGES[cls.name]
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+        out = dict(spaces["seed"])
+        if split == "generator":
+            out.update(spaces["generator"])
+        elif split == "layouts":
+            out.update(spaces["layouts"])
+        elif split == "tasks":
+            out["variants"] = spaces["heldout_variants"]
+        elif split == "categories":
+            out["categories"] = spaces["heldout_categories"]
+        return out
+
+    @classmethod
+    def pool(cls, catalog, split: str, kind: str = "rigid") -> list:
+        """Assets allowed for a split: training instances of training categories, or the held-out ones."""
+        space = cls.space(split)
+        cats = space["categories"]
+        heldout_cats = set(RANGES[cls.name]["heldout_categories"])
+        assets = catalog.rigid if kind == "rigid" else catalog.articulated
+        if cats == "train":
+            allowed = {a.category for a in assets} - heldout_cats
+        else:
+            allowed = set(cats)
+        want_heldout_instance = split == "instances"
+        out = [
+            a for a in assets
+            if a.category in allowed and (split == "categories" or is_heldout_instance(a.asset_id) == want_heldout_instance)
+        ]
+        out = [a for a in out if cls.asset_ok(a)]
+        if not out:
+            raise ValueError(f"{cls.name}: no assets for split {split!r} (categories {sorted(allowed)})")
+        return sorted(out, key=lambda a: a.asset_id)
+
+    @classmethod
+    def asset_ok(cls, asset) -> bool:
+        """Whether an asset is usable by this family at all (e.g. graspable). Override."""
+        return True
+
+    @classmethod
+    def template_ids(cls, split: str) -> range:
+        return range(TRAIN_TEMPLATES, len(cls.templates)) if split == "tasks" else range(TRAIN_TEMPLATES)
+
+    @classmethod
+    def instruction(cls, template_id: int, names: dict[str, str]) -> str:
+        return cls.templates[template_id].format(**names)
+
+    # -- sampling ---------------------------------------------------------------------------------
+    @classmethod
+    def sample(cls, rng: np.random.Generator, catalog, split: str = "seed") -> SceneSpec:
+        """Draw a scene from a split's distribution (not yet validity-checked)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _object(cls, rng, asset, space, rgba=None) -> ObjectSpec:
+        return ObjectSpec(
+            asset.asset_id, asset.category,
+            scale=round(uniform(rng, space["scale"]), 4),
+            mass=round(uniform(rng, space["mass"]), 4) if "mass" in space else 0.1,
+            friction=round(uniform(rng, space["friction"]), 4),
+            rgba=tuple(rgba) if rgba is not None else _colour(rng),
+        )
+
+    @classmethod
+    def _task(cls, rng, split, variant, bindings, names, goal=()) -> TaskSpec:
+        tid = int(rng.choice(cls.template_ids(split)))
+        return TaskSpec(cls.name, variant, tid, cls.instruction(tid, names), bindings, tuple(goal))
+
+    @classmethod
+    def _distractors(cls, rng, catalog, split, space, occupied: list[tuple[float, float, float]]):
+        """Clutter objects placed away from the task objects (may be zero)."""
+        lo, hi = space["distractors"]
+        n = int(rng.integers(lo, hi + 1))
+        pool = cls.pool(catalog, "seed" if split in ("instances", "tasks", "categories", "layouts") else split)
+        objs, poses = [], []
+        for _ in range(n):
+            asset = pool[int(rng.integers(len(pool)))]
+            for _attempt in range(20):
+                x, y = rng.uniform(0.32, 0.68), rng.uniform(-0.32, 0.32)
+                if all(math.hypot(x - ox, y - oy) > r + 0.07 for ox, oy, r in occupied):
+                    occupied.append((x, y, 0.05))
+                    objs.append(cls._object(rng, asset, cls.space("seed")))
+                    poses.append(Pose(round(x, 4), round(y, 4), round(float(rng.uniform(-1, 1)), 4)))
+                    break
+        return objs, poses
+
+    @staticmethod
+    def _spec(task, objects, poses) -> SceneSpec:
+        return SceneSpec(task, SpatialSpec(tuple(poses)), tuple(objects))
+
+    # -- hooks ------------------------------------------------------------------------------------
+    @classmethod
+    def validate_spec(cls, spec: SceneSpec) -> None:
+        """Family-specific spec checks (called by `scene.validate`)."""
+
+    @classmethod
+    def on_load(cls, world, spec: SceneSpec) -> None:
+        """Adjust the freshly spawned scene before it settles (e.g. set a drawer's initial opening)."""
+
+    @classmethod
+    def phases(cls, variant: str) -> list[Phase]:
+        raise NotImplementedError
+
+    @classmethod
+    def success(cls, state: State, ctx: SceneContext) -> bool:
+        raise NotImplementedError
+
+    @classmethod
+    def role_features(cls, state: State, ctx: SceneContext) -> tuple[list[np.ndarray], np.ndarray]:
+        """Object-centric observation: up to 3 role slots (pos, sin/cos yaw, half extents) and a 4-D goal."""
+        raise NotImplementedError
+
+    @classmethod
+    def planner(cls, ctx: SceneContext) -> WaypointPlanner:
+        raise NotImplementedError
+
+    @classmethod
+    def progress(cls, states: Sequence[State], ctx: SceneContext) -> np.ndarray:
+        """Cumulative phase progress per state: (T, P) booleans; phase k counts only after phase k-1."""
+        phases = cls.phases(ctx.variant)
+        out = np.zeros((len(states), len(phases)), dtype=bool)
+        reached = 0
+        for t, st in enumerate(states):
+            while reached < len(phases) and phases[reached].predicate(st, ctx):
+                reached += 1
+            out[t, :reached] = True
+        return out
+
+
+def _colour(rng: np.random.Generator) -> tuple[float, float, float, float]:
+    return tuple(round(float(c), 3) for c in rng.uniform(0.1, 0.95, size=3)) + (1.0,)
+
+
+def slot(pos, yaw, half) -> np.ndarray:
+    return np.concatenate([pos, [math.sin(yaw), math.cos(yaw)], half, [1.0]])
+
+
+# -- scripted planning ------------------------------------------------------------------------------
+@dataclass
+class Waypoint:
+    """Move the end effector to `pos` (with yaw `yaw`) and set the gripper; `hold` extra control steps."""
+
+    pos: np.ndarray
+    yaw: float
+    grip: float  # +1 open, -1 closed
+    tol: float = 0.004
+    hold: int = 0
+    max_steps: int = 40
+    speed: float = 1.0  # fraction of the maximum per-step displacement (slow for pushing and pulling)
+
+
+class WaypointPlanner:
+    """Closed-loop scripted planner: a list of waypoints, recomputed by `replan(state)` at chunk starts.
+
+    Subclasses implement `plan(state) -> list[Waypoint]` and `stage(state) -> int` (which waypoint to
+    pursue given the state; lets the planner recover when e.g. an object is nudged).
+    """
+
+    def __init__(self, ctx: SceneContext) -> None:
+        self.ctx = ctx
+        self.index = 0
+        self.held = 0
+        self.steps_on = 0
+        self.waypoints: list[Waypoint] = []
+        self.cmd_pos: np.ndarray | None = None
+        self.cmd_yaw: float | None = None
+
+    def plan(self, state: State) -> list[Waypoint]:
+        raise NotImplementedError
+
+    def act(self, obs) -> np.ndarray:
+        """Policy interface: return a chunk of 8 normalised actions."""
+        state = obs.state
+        self.waypoints = self.plan(state)
+        if self.cmd_pos is None or np.linalg.norm(self.cmd_pos - state["ee_pos"]) > 0.03:
+            # first call, or the controller clipped our target (arm blocked): re-sync to the measured pose
+            self.cmd_pos = state["ee_pos"].copy()
+            self.cmd_yaw = _gripper_yaw(state["ee_quat"])
+        chunk = np.zeros((8, 7))
+        for k in range(8):
+            chunk[k] = self._step()
+        return chunk
+
+    def _step(self) -> np.ndarray:
+        from coda.sim.world import ACTION_SCALE
+
+        if self.index >= len(self.waypoints):
+            return np.array([0, 0, 0, 0, 0, 0, self.waypoints[-1].grip if self.waypoints else 1.0])
+        wp = self.waypoints[self.index]
+        delta = np.clip((wp.pos - self.cmd_pos) / ACTION_SCALE[:3], -wp.speed, wp.speed)
+        dyaw = _wrap(wp.yaw - self.cmd_yaw)
+        ayaw = float(np.clip(dyaw / ACTION_SCALE[5], -1, 1))
+        self.cmd_pos = self.cmd_pos + delta * ACTION_SCALE[:3]
+        self.cmd_yaw = self.cmd_yaw + ayaw * ACTION_SCALE[5]
+        self.steps_on += 1
+        at = np.linalg.norm(wp.pos - self.cmd_pos) < wp.tol and abs(_wrap(wp.yaw - self.cmd_yaw)) < 0.02
+        if at or self.steps_on > wp.max_steps:
+            self.held += 1
+            if self.held > wp.hold:
+                self.index += 1
+                self.held = 0
+                self.steps_on = 0
+        # orientation deltas are applied in the world frame, so a yaw increment is the world-z component
+        return np.array([*delta, 0.0, 0.0, ayaw, wp.grip])
+
+
+def _wrap(a: float) -> float:
+    return (a + math.pi) % (2 * math.pi) - math.pi
+
+
+def _gripper_yaw(quat) -> float:
+    """Yaw of the down-pointing gripper about world z."""
+    import pybullet as p
+
+    m = np.array(p.getMatrixFromQuaternion(list(quat))).reshape(3, 3)
+    return math.atan2(m[1, 0], m[0, 0])
+
+
+def grasp_yaw(obj_yaw: float, half: np.ndarray) -> float:
+    """Gripper yaw that closes the fingers across the object's narrower horizontal side.
+
+    The Panda's fingers close along the hand's y axis, which points along world -y at gripper yaw 0.
+    The gripper is symmetric under a half turn, so the representative in [-pi/2, pi/2) is returned.
+    """
+    base = obj_yaw + math.pi / 2 if half[0] <= half[1] else obj_yaw
+    return _wrap(2 * base) / 2

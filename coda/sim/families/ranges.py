@@ -1,0 +1,135 @@
+"""Factor ranges of every task family, in one place.
+
+Geometry of the experiment (paper §4, Appendix B): the *seed* distribution that produces SFT data is
+narrow; each held-out evaluation suite lies outside it along one axis (object instances, layouts,
+tasks/instructions, categories); the *generator* space is wide enough that generated environments can
+reach the held-out factor ranges, but held-out instances, categories and instruction templates are never
+used for training. Units: metres, radians, kg. Robot base at the origin, x forward, y to the left.
+
+`docs/RANGES.md` is rendered from this module by `coda data ranges`.
+"""
+
+from __future__ import annotations
+
+import math
+
+HALF_PI = math.pi / 2
+
+# A range is (lo, hi); a list of ranges is a union sampled uniformly by total length.
+RANGES: dict[str, dict[str, dict]] = {
+    "pick_place": {
+        "seed": {
+            "target_x": (0.46, 0.54), "target_y": (-0.12, -0.02), "target_yaw": (-0.4, 0.4),
+            "scale": (0.9, 1.1), "mass": (0.05, 0.2), "friction": (0.9, 1.2),
+            "container_x": (0.5, 0.56), "container_y": (0.17, 0.22), "container_side": ("left",),
+            "distractors": (0, 1), "categories": ("cube", "cuboid", "cylinder"), "variants": ("bin",),
+        },
+        "generator": {
+            "target_x": (0.34, 0.66), "target_y": (-0.3, 0.3), "target_yaw": (-HALF_PI, HALF_PI),
+            "scale": (0.6, 1.5), "mass": (0.02, 0.8), "friction": (0.35, 1.6),
+            "container_x": (0.42, 0.62), "container_y": (0.16, 0.26), "container_side": ("left", "right"),
+            "distractors": (0, 3), "categories": "train", "variants": ("bin", "region"),
+        },
+        "layouts": {
+            "target_x": [(0.36, 0.42), (0.58, 0.64)], "target_y": (0.02, 0.12),
+            "target_yaw": [(-HALF_PI, -0.8), (0.8, HALF_PI)],
+            "container_x": (0.44, 0.6), "container_y": (0.18, 0.25), "container_side": ("right",),
+        },
+        "heldout_categories": ("blob_compact", "mug"),
+        "heldout_variants": ("region",),
+    },
+    "stack": {
+        "seed": {
+            "top_x": (0.46, 0.54), "top_y": (-0.14, -0.06), "top_yaw": (-0.3, 0.3),
+            "base_x": (0.48, 0.54), "base_y": (0.08, 0.14), "base_yaw": (-0.3, 0.3),
+            "scale": (0.9, 1.1), "mass": (0.05, 0.15), "friction": (0.9, 1.2),
+            "distractors": (0, 1), "categories": ("cube",), "variants": ("on",),
+        },
+        "generator": {
+            "top_x": (0.36, 0.64), "top_y": (-0.28, 0.28), "top_yaw": (-HALF_PI, HALF_PI),
+            "base_x": (0.36, 0.64), "base_y": (-0.28, 0.28), "base_yaw": (-HALF_PI, HALF_PI),
+            "scale": (0.7, 1.4), "mass": (0.02, 0.5), "friction": (0.4, 1.5),
+            "distractors": (0, 3), "categories": "train", "variants": ("on", "on_center"),
+        },
+        "layouts": {
+            "top_x": [(0.38, 0.44), (0.58, 0.62)], "top_y": (0.08, 0.2), "top_yaw": [(-1.2, -0.6), (0.6, 1.2)],
+            "base_x": (0.4, 0.6), "base_y": (-0.22, -0.1), "base_yaw": (-1.0, 1.0),
+        },
+        "heldout_categories": ("cylinder",),
+        "heldout_variants": ("on_center",),
+    },
+    "push": {
+        "seed": {
+            "target_x": (0.48, 0.54), "target_y": (-0.06, 0.06), "target_yaw": (-0.3, 0.3),
+            "goal_dx": (0.08, 0.14), "goal_dy": (-0.04, 0.04),
+            "scale": (0.9, 1.1), "mass": (0.05, 0.2), "friction": (0.4, 0.6),
+            "distractors": (0, 0), "categories": ("cube", "cuboid"), "variants": ("away",),
+        },
+        "generator": {
+            "target_x": (0.4, 0.62), "target_y": (-0.25, 0.25), "target_yaw": (-HALF_PI, HALF_PI),
+            "goal_dx": (-0.14, 0.14), "goal_dy": (-0.14, 0.14),
+            "scale": (0.7, 1.4), "mass": (0.02, 0.6), "friction": (0.2, 1.0),
+            "distractors": (0, 2), "categories": "train", "variants": ("away", "sideways"),
+        },
+        "layouts": {
+            "target_x": (0.42, 0.48), "target_y": [(-0.22, -0.12), (0.12, 0.22)], "target_yaw": (-1.2, 1.2),
+            "goal_dx": (0.08, 0.14), "goal_dy": (-0.04, 0.04),
+        },
+        "heldout_categories": ("cylinder",),
+        "heldout_variants": ("sideways",),
+    },
+    "drawer": {
+        "seed": {
+            "cabinet_x": (0.66, 0.7), "cabinet_y": (-0.04, 0.04), "cabinet_yaw": (-0.1, 0.1),
+            "scale": (0.95, 1.05), "friction": (0.9, 1.1), "part": "lowest",
+            "categories": ("drawer_single", "drawer_double"), "variants": ("open",),
+        },
+        "generator": {
+            "cabinet_x": (0.6, 0.74), "cabinet_y": (-0.2, 0.2), "cabinet_yaw": (-0.45, 0.45),
+            "scale": (0.85, 1.15), "friction": (0.5, 1.5), "part": "any",
+            "categories": "train", "variants": ("open", "close"),
+        },
+        "layouts": {
+            "cabinet_x": (0.62, 0.66), "cabinet_y": [(-0.18, -0.1), (0.1, 0.18)],
+            "cabinet_yaw": [(-0.4, -0.2), (0.2, 0.4)],
+        },
+        "heldout_categories": ("drawer_wide",),
+        "heldout_variants": ("close",),
+    },
+}
+
+# Instruction templates per family. The first TRAIN_TEMPLATES of each list are used for seed and
+# generated scenes; the rest are only ever seen in the held-out "tasks" suite.
+TRAIN_TEMPLATES = 4
+SUITES = ("instances", "layouts", "tasks", "categories")
+
+
+def render_markdown() -> str:
+    """The ranges as a Markdown document (what `coda data ranges` prints)."""
+    lines = ["# Factor ranges per task family", "", "Generated from `coda/sim/families/ranges.py`.", ""]
+    for fam, spaces in RANGES.items():
+        lines += [f"## {fam}", "", "| factor | seed (SFT) | generator | held-out layouts |", "|---|---|---|---|"]
+        keys = sorted(set(spaces["seed"]) | set(spaces["generator"]))
+        for k in keys:
+            cells = [_fmt(spaces[s].get(k, "—")) for s in ("seed", "generator", "layouts")]
+            lines.append(f"| {k} | " + " | ".join(cells) + " |")
+        lines += [
+            "",
+            f"Held-out categories: {', '.join(spaces['heldout_categories'])}. "
+            f"Held-out task variants: {', '.join(spaces['heldout_variants'])} "
+            f"(generated scenes may use the variant, with training templates only). "
+            f"Held-out instances: 20% of each category's instances, chosen by hash of the asset id. "
+            f"Instruction templates ≥ {TRAIN_TEMPLATES} appear only in the held-out tasks suite.",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def _fmt(v) -> str:
+    if isinstance(v, list):
+        return " ∪ ".join(_fmt(x) for x in v)
+    if isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v):
+        return f"[{v[0]:g}, {v[1]:g}]"
+    if isinstance(v, tuple):
+        return ", ".join(map(str, v))
+    return str(v)

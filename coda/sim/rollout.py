@@ -1,0 +1,154 @@
+"""Rollout engine: run any chunking policy on a scene and record everything a diagnoser needs.
+
+A policy is any object with ``act(obs: Observation) -> np.ndarray`` of shape (h, 7) (normalised
+actions; see `coda.sim.world`). Learned policies read ``obs.vector`` and ``obs.instruction``; scripted
+planners read the privileged ``obs.state``. The record keeps the per-control-step state trajectory,
+actions, chunk boundaries, cumulative phase-predicate values, contacts and the verifier's verdict in
+plain arrays (serialisable to JSON or ``.npz`` without pickle).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from coda.sim.families import REGISTRY
+from coda.sim.families.base import SceneContext
+from coda.sim.scene import SceneSpec
+from coda.sim.world import N_ROLE_SLOTS, OBS_DIM, World
+
+FAMILY_INDEX = {name: i for i, name in enumerate(("drawer", "pick_place", "push", "stack"))}
+STATE_KEYS = ("ee_pos", "ee_quat", "grip", "q", "obj_pos", "obj_quat", "obj_vel", "finger_contact",
+              "robot_contact", "art_q", "handle_pos")
+
+
+@dataclass
+class Observation:
+    vector: np.ndarray  # (OBS_DIM,) proprioception + object-centric role slots + goal + family one-hot
+    instruction: str
+    state: dict[str, np.ndarray]  # privileged simulator state (planners, critics' ground truth)
+    images: np.ndarray | None = None  # (2, H, W, 3) uint8 when obs == "rgb"
+
+
+class Policy(Protocol):
+    def act(self, obs: Observation) -> np.ndarray: ...
+
+
+def observation_vector(state: dict[str, np.ndarray], ctx: SceneContext) -> np.ndarray:
+    """Fixed-length state observation shared by every family (OBS_DIM floats)."""
+    family = REGISTRY[ctx.family]
+    slots, goal = family.role_features(state, ctx)
+    slots = list(slots)[:N_ROLE_SLOTS]
+    slots += [np.zeros(9)] * (N_ROLE_SLOTS - len(slots))
+    onehot = np.zeros(len(FAMILY_INDEX))
+    onehot[FAMILY_INDEX[ctx.family]] = 1.0
+    vec = np.concatenate([state["ee_pos"], state["ee_quat"], state["grip"], state["q"], *slots, goal, onehot])
+    assert vec.shape == (OBS_DIM,), vec.shape
+    return vec.astype(np.float32)
+
+
+@dataclass
+class RolloutRecord:
+    scene_hash: str
+    family: str
+    variant: str
+    instruction: str
+    ctx: dict[str, Any]
+    states: dict[str, np.ndarray]  # each (T+1, ...) per control step, index 0 = after reset
+    obs: np.ndarray  # (T+1, OBS_DIM)
+    actions: np.ndarray  # (T, 7)
+    chunk_starts: list[int]  # control-step indices at which a chunk began
+    phase_names: list[str]
+    phases: np.ndarray  # (T+1, P) cumulative phase flags
+    success: bool
+    success_step: int | None
+    physics_steps: int
+    wall_s: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return len(self.actions)
+
+    @property
+    def phase_reached(self) -> int:
+        """Number of phases completed in order by the end of the episode."""
+        return int(self.phases[-1].sum())
+
+    def context(self) -> SceneContext:
+        return SceneContext.from_dict(self.ctx)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in ("scene_hash", "family", "variant", "instruction", "ctx", "chunk_starts",
+                                             "phase_names", "success", "success_step", "physics_steps", "wall_s",
+                                             "meta")}
+        d["states"] = {k: v.tolist() for k, v in self.states.items()}
+        d["obs"] = self.obs.tolist()
+        d["actions"] = self.actions.tolist()
+        d["phases"] = self.phases.astype(int).tolist()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RolloutRecord:
+        return cls(
+            d["scene_hash"], d["family"], d["variant"], d["instruction"], d["ctx"],
+            {k: np.asarray(v, dtype=np.float64) for k, v in d["states"].items()},
+            np.asarray(d["obs"], dtype=np.float32), np.asarray(d["actions"], dtype=np.float64).reshape(-1, 7),
+            list(d["chunk_starts"]), list(d["phase_names"]), np.asarray(d["phases"], dtype=bool),
+            bool(d["success"]), d["success_step"], int(d["physics_steps"]), float(d["wall_s"]), dict(d["meta"]),
+        )
+
+
+def run_episode(world: World, scene: SceneSpec, policy: Policy, *, max_chunks: int = 12,
+                stop_on_success: bool = True) -> RolloutRecord:
+    """Reset `scene` in `world` (loading it only if it is not the current scene) and roll `policy` out."""
+    t0 = time.perf_counter()
+    if world.scene is None or world.scene.hash != scene.hash:
+        world.load(scene)
+    world.reset()
+    family = REGISTRY[scene.family]
+    ctx = world.ctx
+    steps0 = world.steps
+    state = world.state()
+    states = [state]
+    obs = [observation_vector(state, ctx)]
+    actions: list[np.ndarray] = []
+    chunk_starts: list[int] = []
+    success_step = None
+    for _ in range(max_chunks):
+        chunk_starts.append(len(actions))
+        chunk = np.asarray(policy.act(Observation(obs[-1], scene.task.instruction, state)), dtype=np.float64)
+        if chunk.ndim != 2 or chunk.shape[1] != 7:
+            raise ValueError(f"policy returned a chunk of shape {chunk.shape}; expected (h, 7)")
+        for a in chunk:
+            world.step(a)
+            state = world.state()
+            states.append(state)
+            obs.append(observation_vector(state, ctx))
+            actions.append(a)
+            if success_step is None and family.success(state, ctx):
+                success_step = len(actions)
+                if stop_on_success:
+                    break
+        if success_step is not None and stop_on_success:
+            break
+    stacked = {k: np.stack([s[k] for s in states]) for k in STATE_KEYS}
+    return RolloutRecord(
+        scene_hash=scene.hash, family=scene.family, variant=scene.task.variant,
+        instruction=scene.task.instruction, ctx=ctx.to_dict(), states=stacked, obs=np.stack(obs),
+        actions=np.array(actions).reshape(-1, 7), chunk_starts=chunk_starts,
+        phase_names=[ph.name for ph in family.phases(scene.task.variant)],
+        phases=family.progress(states, ctx), success=success_step is not None, success_step=success_step,
+        physics_steps=world.steps - steps0, wall_s=time.perf_counter() - t0,
+    )
+
+
+def plan_episode(world: World, scene: SceneSpec, *, max_chunks: int = 14) -> RolloutRecord:
+    """Run the family's scripted planner: a success certifies the scene and the record is a demonstration."""
+    if world.scene is None or world.scene.hash != scene.hash:
+        world.load(scene)
+    planner = REGISTRY[scene.family].planner(world.ctx)
+    return run_episode(world, scene, planner, max_chunks=max_chunks)

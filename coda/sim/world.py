@@ -1,0 +1,278 @@
+"""The simulated world: a Franka Panda on a table, 240 Hz physics, 10 Hz end-effector control.
+
+One `World` lives per worker process and is reused across scenes: the robot and the table are loaded
+once, a scene's objects are swapped in by `load`, and `reset` restores the settled scene from memory
+(``restoreState`` costs ~0.02 ms against ~40 ms for a reload).
+
+Actions are 7-D and normalised to [-1, 1]: Δ end-effector position (×4 cm), Δ orientation as roll,
+pitch, yaw increments (×0.25 rad), and the gripper (> 0 open, ≤ 0 close). The controller integrates the
+deltas into a target pose, solves closed-loop IK (enough iterations to be ~0.1 mm accurate; pybullet's
+default is off by centimetres) and drives the arm with position control for 24 physics substeps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pybullet as p
+import pybullet_data
+
+from coda.sim.scene import SceneSpec
+
+ARM_JOINTS = list(range(7))
+FINGER_JOINTS = [9, 10]
+EE_LINK = 11
+HOME_Q = (0.0, -0.3, 0.0, -2.2, 0.0, 1.9, 0.785)
+ARM_FORCES = [87.0] * 4 + [12.0] * 3
+FINGER_FORCE = 40.0
+GRIP_OPEN = 0.04  # per finger (total opening 8 cm)
+ACTION_SCALE = np.array([0.04, 0.04, 0.04, 0.25, 0.25, 0.25, 1.0])
+WORKSPACE_LO = np.array([0.15, -0.55, 0.005])
+WORKSPACE_HI = np.array([0.85, 0.55, 0.55])
+MAX_LEAD = 0.1  # target may lead the measured end effector by at most this much (no wind-up)
+DOWN_QUAT = p.getQuaternionFromEuler([np.pi, 0.0, 0.0])
+OBS_DIM = 50  # 15 proprio + 3 role slots x 9 + 4 goal + 4 family one-hot
+N_ROLE_SLOTS = 3
+
+
+@dataclass
+class Body:
+    """A spawned scene object and the geometry predicates need."""
+
+    uid: int
+    half_extents: np.ndarray  # scaled AABB half sizes in the object frame
+    fixed: bool = False
+    movable_joints: list[int] = field(default_factory=list)
+    joint_limits: list[tuple[float, float]] = field(default_factory=list)
+    handle_links: list[int] = field(default_factory=list)
+    handle_local: list[np.ndarray] = field(default_factory=list)
+    inner: np.ndarray | None = None  # containers: inner half sizes (x, y) and floor height
+
+
+class World:
+    """A Panda + table world holding one scene at a time."""
+
+    def __init__(
+        self,
+        data_dir: str | Path = "data",
+        *,
+        physics_hz: int = 240,
+        control_hz: int = 10,
+        render: bool = False,
+        ik_iterations: int = 100,
+        ik_threshold: float = 1e-4,
+    ) -> None:
+        if physics_hz % control_hz:
+            raise ValueError("physics_hz must be a multiple of control_hz")
+        self.data_dir = Path(data_dir)
+        self.substeps = physics_hz // control_hz
+        self.render = render
+        self.ik_iterations = ik_iterations
+        self.ik_threshold = ik_threshold
+        self.client = p.connect(p.DIRECT)
+        c = self.client
+        p.setTimeStep(1.0 / physics_hz, physicsClientId=c)
+        p.setGravity(0, 0, -9.81, physicsClientId=c)
+        p.setAdditionalSearchPath(pybullet_data.getDataPath(), physicsClientId=c)
+        self.plane = p.loadURDF("plane.urdf", physicsClientId=c)
+        self.robot = p.loadURDF("franka_panda/panda.urdf", useFixedBase=True, physicsClientId=c)
+        for j in FINGER_JOINTS:
+            p.changeDynamics(self.robot, j, lateralFriction=1.5, spinningFriction=0.5, physicsClientId=c)
+        # couple the fingers like the real Panda's mimic joint; independent force-limited fingers let a
+        # held object slide sideways between them as the arm accelerates
+        gear = p.createConstraint(self.robot, FINGER_JOINTS[0], self.robot, FINGER_JOINTS[1], p.JOINT_GEAR,
+                                  [1, 0, 0], [0, 0, 0], [0, 0, 0], physicsClientId=c)
+        p.changeConstraint(gear, gearRatio=-1, erp=0.1, maxForce=50, physicsClientId=c)
+        self._catalog = None
+        self.bodies: list[Body] = []
+        self.scene: SceneSpec | None = None
+        self.ctx = None  # SceneContext of the loaded scene
+        self._saved: int | None = None
+        self.target_pos = np.zeros(3)
+        self.target_quat = np.array(DOWN_QUAT)
+        self.grip_cmd = 1.0
+        self.steps = 0  # physics steps taken since construction (for throughput accounting)
+
+    # -- scene management --------------------------------------------------------------------------
+    @property
+    def catalog(self):
+        if self._catalog is None:
+            from coda.sim.assets import load_catalog
+
+            self._catalog = load_catalog(self.data_dir)
+        return self._catalog
+
+    def load(self, scene: SceneSpec, settle_s: float = 0.25) -> None:
+        """Swap in `scene`'s objects, settle them with the arm at home, and snapshot the result."""
+        from coda.sim import fixtures
+
+        c = self.client
+        for b in self.bodies:
+            p.removeBody(b.uid, physicsClientId=c)
+        if self._saved is not None:
+            p.removeState(self._saved, physicsClientId=c)
+            self._saved = None
+        self.bodies = []
+        self.scene = scene
+        self._home()
+        for obj, pose in zip(scene.objects, scene.spatial.poses, strict=True):
+            if obj.asset_id.startswith("fixture/"):
+                body = fixtures.spawn(c, obj, pose, visual=self.render)
+            else:
+                body = self._spawn_asset(obj, pose)
+            self.bodies.append(body)
+        from coda.sim.families import REGISTRY
+        from coda.sim.families.base import SceneContext
+
+        REGISTRY[scene.family].on_load(self, scene)
+        n_settle = int(settle_s * self.substeps * 10)
+        for _ in range(n_settle):
+            p.stepSimulation(physicsClientId=c)
+        self.steps += n_settle
+        self._saved = p.saveState(physicsClientId=c)
+        self.ctx = SceneContext.from_world(self)
+
+    def _spawn_asset(self, obj, pose) -> Body:
+        from coda.sim import assets
+
+        c = self.client
+        asset = self.catalog.by_id(obj.asset_id)
+        if isinstance(asset, assets.ArticulatedAsset):
+            uid = assets.spawn_articulated(
+                c, asset, self.data_dir, position=(pose.x, pose.y, 0.0), yaw=pose.yaw, scale=obj.scale,
+                rgba=obj.rgba,
+            )
+            return Body(
+                uid,
+                np.array(asset.footprint) * obj.scale,
+                fixed=True,
+                movable_joints=[assets.link_index(c, uid, n) for n in asset.movable_joints],
+                joint_limits=[(lo * obj.scale, hi * obj.scale) if asset.joint_type == "prismatic" else (lo, hi)
+                              for lo, hi in asset.joint_limits],
+                handle_links=[assets.link_index(c, uid, n) for n in asset.handle_links],
+                handle_local=[np.array(h) * obj.scale for h in asset.handle_local],
+            )
+        half = np.array(asset.half_extents) * obj.scale
+        quat = p.getQuaternionFromEuler([0.0, 0.0, pose.yaw])
+        uid = assets.spawn_rigid(
+            c, asset, position=(pose.x, pose.y, half[2] + 0.002), orientation=quat, scale=obj.scale,
+            mass=obj.mass, friction=obj.friction, rgba=obj.rgba, visual=self.render,
+        )
+        return Body(uid, half)
+
+    def _home(self) -> None:
+        c = self.client
+        for j, q in zip(ARM_JOINTS, HOME_Q, strict=True):
+            p.resetJointState(self.robot, j, q, physicsClientId=c)
+        for j in FINGER_JOINTS:
+            p.resetJointState(self.robot, j, GRIP_OPEN, physicsClientId=c)
+        p.setJointMotorControlArray(self.robot, ARM_JOINTS, p.POSITION_CONTROL, targetPositions=HOME_Q,
+                                    forces=ARM_FORCES, physicsClientId=c)
+        p.setJointMotorControlArray(self.robot, FINGER_JOINTS, p.POSITION_CONTROL,
+                                    targetPositions=[GRIP_OPEN] * 2, forces=[FINGER_FORCE] * 2, physicsClientId=c)
+
+    def reset(self) -> None:
+        """Restore the settled scene (cheap) and re-arm the controller at the current pose."""
+        if self._saved is None:
+            raise RuntimeError("World.reset() before World.load()")
+        c = self.client
+        p.restoreState(self._saved, physicsClientId=c)
+        # motor targets are not part of the saved state; re-issue them
+        p.setJointMotorControlArray(self.robot, ARM_JOINTS, p.POSITION_CONTROL, targetPositions=HOME_Q,
+                                    forces=ARM_FORCES, physicsClientId=c)
+        p.setJointMotorControlArray(self.robot, FINGER_JOINTS, p.POSITION_CONTROL,
+                                    targetPositions=[GRIP_OPEN] * 2, forces=[FINGER_FORCE] * 2, physicsClientId=c)
+        ls = p.getLinkState(self.robot, EE_LINK, computeForwardKinematics=True, physicsClientId=c)
+        self.target_pos = np.array(ls[4])
+        self.target_quat = np.array(ls[5])
+        self.grip_cmd = 1.0
+
+    def close(self) -> None:
+        if self.client is not None and p.isConnected(self.client):
+            p.disconnect(self.client)
+        self.client = None
+
+    # -- control ----------------------------------------------------------------------------------
+    def step(self, action: np.ndarray) -> None:
+        """Apply one normalised 7-D action for one control period (24 physics substeps at 240/10 Hz)."""
+        c = self.client
+        a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0) * ACTION_SCALE
+        ee = np.array(p.getLinkState(self.robot, EE_LINK, computeForwardKinematics=True, physicsClientId=c)[4])
+        target = np.clip(self.target_pos + a[:3], WORKSPACE_LO, WORKSPACE_HI)
+        lead = target - ee
+        dist = np.linalg.norm(lead)
+        if dist > MAX_LEAD:
+            target = ee + lead * (MAX_LEAD / dist)
+        self.target_pos = target
+        if np.any(a[3:6]):
+            dq = p.getQuaternionFromEuler(a[3:6].tolist())
+            self.target_quat = np.array(p.multiplyTransforms([0, 0, 0], dq, [0, 0, 0], self.target_quat)[1])
+        self.grip_cmd = float(a[6])
+        q = p.calculateInverseKinematics(
+            self.robot, EE_LINK, self.target_pos.tolist(), self.target_quat.tolist(),
+            maxNumIterations=self.ik_iterations, residualThreshold=self.ik_threshold, physicsClientId=c,
+        )
+        p.setJointMotorControlArray(self.robot, ARM_JOINTS, p.POSITION_CONTROL, targetPositions=q[:7],
+                                    forces=ARM_FORCES, physicsClientId=c)
+        width = GRIP_OPEN if self.grip_cmd > 0 else 0.0
+        p.setJointMotorControlArray(self.robot, FINGER_JOINTS, p.POSITION_CONTROL,
+                                    targetPositions=[width, width], forces=[FINGER_FORCE] * 2, physicsClientId=c)
+        for _ in range(self.substeps):
+            p.stepSimulation(physicsClientId=c)
+        self.steps += self.substeps
+
+    # -- state and observation ---------------------------------------------------------------------
+    def state(self) -> dict[str, np.ndarray]:
+        """Privileged simulator state: what predicates, verifiers, planners and diagnosers read."""
+        c, r = self.client, self.robot
+        ls = p.getLinkState(r, EE_LINK, computeForwardKinematics=True, physicsClientId=c)
+        js = p.getJointStates(r, ARM_JOINTS + FINGER_JOINTS, physicsClientId=c)
+        n = len(self.bodies)
+        obj_pos = np.zeros((n, 3))
+        obj_quat = np.zeros((n, 4))
+        obj_vel = np.zeros((n, 3))
+        finger = np.zeros((n, 2))
+        robot_contact = np.zeros(n)
+        art_q, handle_pos = [], []
+        for i, b in enumerate(self.bodies):
+            pos, quat = p.getBasePositionAndOrientation(b.uid, physicsClientId=c)
+            obj_pos[i], obj_quat[i] = pos, quat
+            obj_vel[i] = p.getBaseVelocity(b.uid, physicsClientId=c)[0]
+            contacts = p.getContactPoints(r, b.uid, physicsClientId=c)
+            if contacts:
+                robot_contact[i] = 1.0
+                links = {ct[3] for ct in contacts}
+                finger[i] = (FINGER_JOINTS[0] in links, FINGER_JOINTS[1] in links)
+            for j in b.movable_joints:
+                art_q.append(p.getJointState(b.uid, j, physicsClientId=c)[0])
+            for link, local in zip(b.handle_links, b.handle_local, strict=True):
+                lpos, lquat = p.getLinkState(b.uid, link, computeForwardKinematics=True, physicsClientId=c)[4:6]
+                handle_pos.append(p.multiplyTransforms(lpos, lquat, local.tolist(), [0, 0, 0, 1])[0])
+        return {
+            "ee_pos": np.array(ls[4]),
+            "ee_quat": np.array(ls[5]),
+            "grip": np.array([js[7][0] + js[8][0]]),
+            "q": np.array([s[0] for s in js[:7]]),
+            "obj_pos": obj_pos,
+            "obj_quat": obj_quat,
+            "obj_vel": obj_vel,
+            "finger_contact": finger,
+            "robot_contact": robot_contact,
+            "art_q": np.array(art_q, dtype=np.float64),
+            "handle_pos": np.array(handle_pos, dtype=np.float64).reshape(-1, 3),
+        }
+
+    def collision_pairs(self) -> list[tuple[int, int, float]]:
+        """Object-object and object-robot penetrations: (i, j, depth) with j = -1 for the robot."""
+        c = self.client
+        p.performCollisionDetection(physicsClientId=c)
+        out = []
+        for i, b in enumerate(self.bodies):
+            for j in range(i + 1, len(self.bodies)):
+                for ct in p.getContactPoints(b.uid, self.bodies[j].uid, physicsClientId=c):
+                    out.append((i, j, -ct[8]))
+            for ct in p.getContactPoints(b.uid, self.robot, physicsClientId=c):
+                out.append((i, -1, -ct[8]))
+        return out
