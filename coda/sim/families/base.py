@@ -255,6 +255,7 @@ class Waypoint:
     hold: int = 0
     max_steps: int = 40
     speed: float = 1.0  # fraction of the maximum per-step displacement (slow for pushing and pulling)
+    quat: np.ndarray | None = None  # full gripper orientation (x, y, z, w); overrides `yaw` when given
 
 
 class WaypointPlanner:
@@ -271,7 +272,7 @@ class WaypointPlanner:
         self.steps_on = 0
         self.waypoints: list[Waypoint] = []
         self.cmd_pos: np.ndarray | None = None
-        self.cmd_yaw: float | None = None
+        self.cmd_quat: np.ndarray | None = None
 
     def plan(self, state: State) -> list[Waypoint]:
         raise NotImplementedError
@@ -283,45 +284,78 @@ class WaypointPlanner:
         if self.cmd_pos is None or np.linalg.norm(self.cmd_pos - state["ee_pos"]) > 0.03:
             # first call, or the controller clipped our target (arm blocked): re-sync to the measured pose
             self.cmd_pos = state["ee_pos"].copy()
-            self.cmd_yaw = _gripper_yaw(state["ee_quat"])
+            self.cmd_quat = np.array(state["ee_quat"])
         chunk = np.zeros((8, 7))
         for k in range(8):
             chunk[k] = self._step()
         return chunk
 
     def _step(self) -> np.ndarray:
+        import pybullet as p
+
         from coda.sim.world import ACTION_SCALE
 
         if self.index >= len(self.waypoints):
             return np.array([0, 0, 0, 0, 0, 0, self.waypoints[-1].grip if self.waypoints else 1.0])
         wp = self.waypoints[self.index]
         delta = np.clip((wp.pos - self.cmd_pos) / ACTION_SCALE[:3], -wp.speed, wp.speed)
-        dyaw = _wrap(wp.yaw - self.cmd_yaw)
-        ayaw = float(np.clip(dyaw / ACTION_SCALE[5], -1, 1))
+        target_q = wp.quat if wp.quat is not None else down_quat(wp.yaw)
+        # rotation still to go, as a world-frame rotation vector, limited to the per-step maximum
+        diff = p.getDifferenceQuaternion(self.cmd_quat.tolist(), list(target_q))
+        axis, angle = p.getAxisAngleFromQuaternion(diff)
+        angle = _wrap(angle)
+        rotvec = np.array(axis) * angle
+        arot = rotvec / ACTION_SCALE[3:6]
+        arot /= max(1.0, float(np.max(np.abs(arot))))
+        # mirror the controller exactly (world-frame Euler increment), so our command tracks its target
+        dq = p.getQuaternionFromEuler((arot * ACTION_SCALE[3:6]).tolist())
+        self.cmd_quat = np.array(p.multiplyTransforms([0, 0, 0], dq, [0, 0, 0], self.cmd_quat.tolist())[1])
         self.cmd_pos = self.cmd_pos + delta * ACTION_SCALE[:3]
-        self.cmd_yaw = self.cmd_yaw + ayaw * ACTION_SCALE[5]
         self.steps_on += 1
-        at = np.linalg.norm(wp.pos - self.cmd_pos) < wp.tol and abs(_wrap(wp.yaw - self.cmd_yaw)) < 0.02
+        at = np.linalg.norm(wp.pos - self.cmd_pos) < wp.tol and abs(angle) < 0.03
         if at or self.steps_on > wp.max_steps:
             self.held += 1
             if self.held > wp.hold:
                 self.index += 1
                 self.held = 0
                 self.steps_on = 0
-        # orientation deltas are applied in the world frame, so a yaw increment is the world-z component
-        return np.array([*delta, 0.0, 0.0, ayaw, wp.grip])
+        return np.array([*delta, *arot, wp.grip])
+
+
+def down_quat(yaw: float) -> np.ndarray:
+    """Gripper pointing straight down, turned by `yaw` about world z."""
+    import pybullet as p
+
+    from coda.sim.world import DOWN_QUAT
+
+    zq = p.getQuaternionFromEuler([0.0, 0.0, yaw])
+    return np.array(p.multiplyTransforms([0, 0, 0], zq, [0, 0, 0], DOWN_QUAT)[1])
+
+
+def horizontal_quat(direction: np.ndarray) -> np.ndarray:
+    """Gripper pointing horizontally along `direction` (x, y), fingers closing vertically."""
+    import pybullet as p
+
+    z = np.array([direction[0], direction[1], 0.0])
+    z /= np.linalg.norm(z)
+    y = np.array([0.0, 0.0, 1.0])
+    x = np.cross(y, z)
+    m = np.stack([x, y, z], axis=1)
+    # rotation matrix -> quaternion (x, y, z, w)
+    w = math.sqrt(max(0.0, 1 + m[0, 0] + m[1, 1] + m[2, 2])) / 2
+    if w > 1e-6:
+        q = [(m[2, 1] - m[1, 2]) / (4 * w), (m[0, 2] - m[2, 0]) / (4 * w), (m[1, 0] - m[0, 1]) / (4 * w), w]
+    else:  # 180-degree rotation: use the largest diagonal
+        i = int(np.argmax(np.diag(m)))
+        j, k = (i + 1) % 3, (i + 2) % 3
+        r = math.sqrt(max(0.0, 1 + m[i, i] - m[j, j] - m[k, k]))
+        q = [0.0, 0.0, 0.0, (m[k, j] - m[j, k]) / (2 * r)]
+        q[i], q[j], q[k] = r / 2, (m[j, i] + m[i, j]) / (2 * r), (m[k, i] + m[i, k]) / (2 * r)
+    return np.array(p.getQuaternionFromAxisAngle(*p.getAxisAngleFromQuaternion(q)))
 
 
 def _wrap(a: float) -> float:
     return (a + math.pi) % (2 * math.pi) - math.pi
-
-
-def _gripper_yaw(quat) -> float:
-    """Yaw of the down-pointing gripper about world z."""
-    import pybullet as p
-
-    m = np.array(p.getMatrixFromQuaternion(list(quat))).reshape(3, 3)
-    return math.atan2(m[1, 0], m[0, 0])
 
 
 def grasp_yaw(obj_yaw: float, half: np.ndarray) -> float:

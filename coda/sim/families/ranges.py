@@ -81,13 +81,11 @@ RANGES: dict[str, dict[str, dict]] = {
     "drawer": {
         "seed": {
             "cabinet_x": (0.66, 0.7), "cabinet_y": (-0.04, 0.04), "cabinet_yaw": (-0.1, 0.1),
-            "scale": (0.95, 1.05), "friction": (0.9, 1.1), "part": "lowest",
-            "categories": ("drawer_single", "drawer_double"), "variants": ("open",),
+            "scale": (0.95, 1.05), "friction": (0.9, 1.1),             "categories": ("drawer_single", "drawer_double"), "variants": ("open",),
         },
         "generator": {
             "cabinet_x": (0.6, 0.74), "cabinet_y": (-0.2, 0.2), "cabinet_yaw": (-0.45, 0.45),
-            "scale": (0.85, 1.15), "friction": (0.5, 1.5), "part": "any",
-            "categories": "train", "variants": ("open", "close"),
+            "scale": (0.85, 1.15), "friction": (0.5, 1.5),             "categories": "train", "variants": ("open", "close"),
         },
         "layouts": {
             "cabinet_x": (0.62, 0.66), "cabinet_y": [(-0.18, -0.1), (0.1, 0.18)],
