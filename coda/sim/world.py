@@ -133,6 +133,14 @@ class World:
         self.steps += n_settle
         self._saved = p.saveState(physicsClientId=c)
         self.ctx = SceneContext.from_world(self)
+        self._arm_controller()
+
+    def settle(self, seconds: float) -> None:
+        """Step the physics with the arm holding still (validity checks measure what moves)."""
+        n = int(seconds * self.substeps * 10)
+        for _ in range(n):
+            p.stepSimulation(physicsClientId=self.client)
+        self.steps += n
 
     def _spawn_asset(self, obj, pose) -> Body:
         from coda.sim import assets
@@ -177,8 +185,11 @@ class World:
         """Restore the settled scene (cheap) and re-arm the controller at the current pose."""
         if self._saved is None:
             raise RuntimeError("World.reset() before World.load()")
+        p.restoreState(self._saved, physicsClientId=self.client)
+        self._arm_controller()
+
+    def _arm_controller(self) -> None:
         c = self.client
-        p.restoreState(self._saved, physicsClientId=c)
         # motor targets are not part of the saved state; re-issue them
         p.setJointMotorControlArray(self.robot, ARM_JOINTS, p.POSITION_CONTROL, targetPositions=HOME_Q,
                                     forces=ARM_FORCES, physicsClientId=c)

@@ -35,7 +35,7 @@ RANGES: dict[str, dict[str, dict]] = {
             "target_yaw": [(-HALF_PI, -0.8), (0.8, HALF_PI)],
             "container_x": (0.44, 0.6), "container_y": (0.18, 0.25), "container_side": ("right",),
         },
-        "heldout_categories": ("blob_compact", "mug"),
+        "heldout_categories": ("blob_elongated",),
         "heldout_variants": ("region",),
     },
     "stack": {

@@ -1,0 +1,3 @@
+from coda.cli import main
+
+main()

@@ -1,0 +1,229 @@
+"""`coda` command line: data building, planner and validity checks, benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line, exit status 2, no traceback."""
+
+
+# -- planner and validity checks (run inside executor workers) ----------------------------------------
+def _planner_job(args: tuple[str, str]) -> dict[str, Any]:
+    import time
+
+    from coda import data
+    from coda.sim.rollout import plan_episode
+    from coda.sim.scene import SceneSpec
+
+    spec = SceneSpec.from_json(args[1])
+    t0 = time.perf_counter()
+    rec = plan_episode(data._WORLD, spec)
+    return {"family": args[0], "success": rec.success, "episode_s": rec.wall_s,
+            "load_s": time.perf_counter() - t0 - rec.wall_s, "steps": rec.steps}
+
+
+def _validity_job(args: tuple[str, str, int, int]) -> dict[str, Any]:
+    from coda import data
+    from coda.sim.families import REGISTRY
+    from coda.sim.validity import validate_scene
+
+    family, split, index, seed = args
+    rng = data.scene_rng(seed, family, split, index)
+    spec = REGISTRY[family].sample(rng, data._WORLD.catalog, split)
+    report = validate_scene(data._WORLD, spec, rng)
+    return {"status": report.status, "repairs": report.repairs}
+
+
+def _executor(cfg, data_dir: Path, workers: int | None):
+    from coda import data
+    from coda.sim.executor import make_executor
+
+    return make_executor(cfg.sim.backend if cfg else "local", workers or (cfg.sim.workers if cfg else 2),
+                         timeout_s=cfg.sim.episode_timeout_s if cfg else 60.0, retries=cfg.sim.retries if cfg else 1,
+                         ray_address=cfg.sim.ray_address if cfg else None, initializer=data._init_worker,
+                         initargs=(str(data_dir),))
+
+
+def planner_check(data_dir: Path, families: list[str], n: int, workers: int | None = None, cfg=None) -> list[dict]:
+    from coda import data
+
+    jobs = [(f, s.to_json()) for f in families for s in data.seed_scenes(data_dir, f, n)]
+    ex = _executor(cfg, data_dir, workers)
+    try:
+        results = ex.map(_planner_job, jobs, desc="planner check")
+    finally:
+        ex.close()
+    out = []
+    for f in families:
+        rows = [r.value for (fam, _), r in zip(jobs, results, strict=True) if fam == f and r.ok]
+        failed = sum(1 for (fam, _), r in zip(jobs, results, strict=True) if fam == f and not r.ok)
+        out.append({
+            "family": f, "n": len(rows) + failed,
+            "success_rate": round(sum(r["success"] for r in rows) / max(len(rows) + failed, 1), 4),
+            "median_episode_s": round(float(np.median([r["episode_s"] for r in rows])), 4) if rows else None,
+            "median_load_s": round(float(np.median([r["load_s"] for r in rows])), 4) if rows else None,
+            "worker_failures": failed,
+        })
+    return out
+
+
+def validity_counts(data_dir: Path, family: str, n: int, split: str, seed: int, workers: int | None, cfg=None):
+    jobs = [(family, split, 10_000 + i, seed) for i in range(n)]
+    ex = _executor(cfg, data_dir, workers)
+    try:
+        results = ex.map(_validity_job, jobs, desc="validity")
+    finally:
+        ex.close()
+    counts = {"family": family, "split": split, "n": n, "pass": 0, "repaired": 0, "rejected": 0, "errors": 0}
+    for r in results:
+        if r.ok:
+            counts[r.value["status"]] += 1
+        else:
+            counts["errors"] += 1
+    return counts
+
+
+# -- data ------------------------------------------------------------------------------------------------
+def data_ensure(data_dir: Path, dvc_file: Path, cfg) -> str:
+    """Make `data_dir` match `dvc_file`: keep it, pull it from the DVC remote, or rebuild and verify it."""
+    import yaml
+
+    from coda import data
+
+    if not dvc_file.exists():
+        raise UserError(f"{dvc_file}: not found (run from the repository root)")
+    want = yaml.safe_load(dvc_file.read_text())["outs"][0]["md5"]
+    if data_dir.exists() and data.dvc_dir_md5(data_dir) == want:
+        return f"{data_dir} is up to date ({want})"
+    pulled = subprocess.run(["dvc", "pull", "-q", str(dvc_file)], capture_output=True, text=True)
+    if pulled.returncode == 0 and data_dir.exists() and data.dvc_dir_md5(data_dir) == want:
+        return f"pulled {data_dir} from the DVC remote ({want})"
+    print(f"{data_dir}: not in the DVC remote; rebuilding it (deterministic, a few minutes)", file=sys.stderr)
+    manifest = data.build(data_dir, seed=cfg.seed, workers=cfg.sim.workers, backend=cfg.sim.backend)
+    got = data.dvc_dir_md5(data_dir)
+    if got != want:
+        raise UserError(f"rebuilt {data_dir} hashes to {got}, but {dvc_file} records {want}; "
+                        f"the build is not reproducible on this machine (stats: {manifest['stats']})")
+    subprocess.run(["dvc", "commit", "-q", "-f", str(dvc_file)], capture_output=True)
+    return f"rebuilt {data_dir}; hash matches {dvc_file} ({want})"
+
+
+# -- entry point -------------------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="coda", description=__doc__)
+    ap.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
+    ap.add_argument("--profile", default=None, help="override base.profile")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    d = sub.add_parser("data", help="build, check or describe data/")
+    dsub = d.add_subparsers(dest="data_cmd", required=True)
+    b = dsub.add_parser("build", help="build data/ deterministically")
+    b.add_argument("--out", default="data")
+    b.add_argument("--n-seeds", type=int, default=None, help="seed layouts in total (default 500)")
+    b.add_argument("--suite-size", type=int, default=None, help="held-out scenes per suite (default 100)")
+    b.add_argument("--families", nargs="+", default=None)
+    b.add_argument("--workers", type=int, default=None)
+    e = dsub.add_parser("ensure", help="pull or rebuild data/ so that it matches data.dvc")
+    e.add_argument("--out", default="data")
+    e.add_argument("--dvc-file", default="data.dvc")
+    dsub.add_parser("ranges", help="print the factor ranges of every family (Markdown)")
+
+    pc = sub.add_parser("planner-check", help="scripted-planner success on seed scenes")
+    pc.add_argument("--family", default="all")
+    pc.add_argument("--n", type=int, default=None, help="seed scenes per family (default planner.n_check)")
+    pc.add_argument("--data", default="data")
+    pc.add_argument("--workers", type=int, default=None)
+    pc.add_argument("--json", action="store_true")
+    pc.add_argument("--out", default=None, help="also write the JSON here")
+
+    sc = sub.add_parser("scenes", help="sample scenes and report validity pass/repair/reject counts")
+    sc.add_argument("--family", required=True)
+    sc.add_argument("--n", type=int, default=50)
+    sc.add_argument("--split", default="generator")
+    sc.add_argument("--validity", action="store_true", help="run the validity checks (the only mode so far)")
+    sc.add_argument("--data", default="data")
+    sc.add_argument("--workers", type=int, default=None)
+    sc.add_argument("--json", action="store_true")
+
+    bench = sub.add_parser("bench", help="benchmarks (print JSON)")
+    bench.add_argument("what", choices=["sim"])
+    bench.add_argument("--json", action="store_true")
+    bench.add_argument("--data", default="data")
+    return ap
+
+
+def _families(arg: str) -> list[str]:
+    from coda.data import FAMILIES
+
+    if arg == "all":
+        return list(FAMILIES)
+    if arg not in FAMILIES:
+        raise UserError(f"--family: unknown family {arg!r}; expected one of {', '.join(FAMILIES)} or all")
+    return [arg]
+
+
+def _need_data(path: Path) -> None:
+    if not (path / "manifest.json").exists():
+        raise UserError(f"{path}: no built data here; run `coda data ensure` (or `coda data build --out {path}`)")
+
+
+def run(argv: list[str] | None = None) -> int:
+    from coda.config import load_params
+
+    args = _parser().parse_args(argv)
+    cfg = load_params(args.params, args.profile)
+    if args.cmd == "data":
+        from coda import data
+
+        if args.data_cmd == "ranges":
+            print(data.render_markdown())
+        elif args.data_cmd == "build":
+            m = data.build(Path(args.out), seed=cfg.seed, n_seed_layouts=args.n_seeds or data.N_SEED_LAYOUTS,
+                           suite_size=args.suite_size or data.SUITE_SIZE,
+                           families=tuple(args.families or data.FAMILIES), workers=args.workers or cfg.sim.workers,
+                           backend=cfg.sim.backend)
+            print(json.dumps({"counts": m["counts"], "stats": m["stats"], "dvc_md5": data.dvc_dir_md5(Path(args.out))}))
+        else:
+            print(data_ensure(Path(args.out), Path(args.dvc_file), cfg))
+    elif args.cmd == "planner-check":
+        _need_data(Path(args.data))
+        rows = planner_check(Path(args.data), _families(args.family), args.n or cfg.planner.n_check, args.workers, cfg)
+        out = rows[0] if len(rows) == 1 else {"families": rows}
+        if args.out:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+        print(json.dumps(out) if args.json else "\n".join(
+            f"{r['family']:>10}: {r['success_rate'] * 100:5.1f}% of {r['n']}, median {r['median_episode_s']} s"
+            for r in rows))
+    elif args.cmd == "scenes":
+        _need_data(Path(args.data))
+        (family,) = _families(args.family)
+        counts = validity_counts(Path(args.data), family, args.n, args.split, cfg.seed, args.workers, cfg)
+        print(json.dumps(counts) if args.json else counts)
+    elif args.cmd == "bench":
+        bench = Path(__file__).resolve().parent.parent / "benchmarks" / "sim_throughput.py"
+        return subprocess.call([sys.executable, str(bench), "--json", "--data", args.data])
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    from coda.config import ConfigError
+    from coda.sim.scene import SceneSpecError
+
+    try:
+        sys.exit(run(argv))
+    except (UserError, ConfigError, SceneSpecError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

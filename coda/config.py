@@ -1,0 +1,343 @@
+"""Typed, validated view of ``params.yaml``.
+
+``params.yaml`` holds a shared ``base`` (seed, default profile) and named ``profiles``; a profile has one
+mapping per section (``data``, ``sim``, ``planner``, ...). Each section is a frozen dataclass below whose
+``__post_init__`` checks types, ranges and allowed values. Every key of every section must appear in
+``params.yaml``: DVC stages declare the keys they depend on, so the file is the complete record of a run's
+parameters. Dataclass defaults (the ``cpu`` values) exist only for building configs in code and tests.
+
+All profiles are validated on every load, so a mistake in ``paper`` is caught while running ``smoke``.
+Any problem raises :class:`ConfigError`, one line naming the dotted key, for example
+``profiles.cpu.sim.workers: expected an integer >= 1, got -2``.
+
+To add a section: write a frozen dataclass (one comment per field, checks in ``__post_init__``), add it as a
+field of :class:`Config`, and add its mapping to every profile in ``params.yaml``.
+
+Example:
+    >>> cfg = load_params("params.yaml", profile="smoke")
+    >>> cfg.sim.workers, cfg.sim.substeps
+    (1, 24)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, get_type_hints
+
+import yaml
+
+FAMILIES = ("pick_place", "stack", "drawer", "push")
+OBS_MODES = ("state", "rgb")
+BACKENDS = ("local", "ray")
+
+
+class ConfigError(ValueError):
+    """A problem in the parameters, located by its dotted key path; ``str()`` is ``"<key_path>: <message>"``."""
+
+    def __init__(self, key_path: str, message: str):
+        self.key_path = key_path
+        self.message = " ".join(message.split())  # always a single line
+        super().__init__(f"{key_path}: {self.message}")
+
+    def within(self, prefix: str) -> ConfigError:
+        """The same error located under ``prefix``: ``workers`` becomes ``profiles.cpu.sim.workers``."""
+        return ConfigError(_join(prefix, self.key_path), self.message)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Field checks shared by the section dataclasses. Each returns the (normalised) value or raises ConfigError.
+
+
+def _got(value: Any) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return repr(value)
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _check_int(key: str, value: Any, minimum: int | None = None) -> int:
+    bound = "" if minimum is None else f" >= {minimum}"
+    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+        raise ConfigError(key, f"expected an integer{bound}, got {_got(value)}")
+    return value
+
+
+def _check_float(key: str, value: Any, above: float | None = None) -> float:
+    """A finite number (ints accepted and converted), strictly greater than ``above`` when given."""
+    bound = "" if above is None else f" > {above:g}"
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    if not is_number or not math.isfinite(value) or (above is not None and value <= above):
+        hint = ""
+        if isinstance(value, str) and _parses_as_float(value):
+            hint = " (YAML 1.1 reads exponent floats without a dot as strings: write 1.0e-4, not 1e-4)"
+        raise ConfigError(key, f"expected a finite number{bound}, got {_got(value)}{hint}")
+    return float(value)
+
+
+def _parses_as_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_choice(key: str, value: Any, choices: Iterable[str]) -> str:
+    choices = tuple(choices)
+    if not isinstance(value, str) or value not in choices:
+        got = repr(value) if isinstance(value, str) else _got(value)
+        raise ConfigError(key, f"expected one of {', '.join(map(repr, choices))}, got {got}")
+    return value
+
+
+def _check_choices(key: str, value: Any, choices: Iterable[str]) -> tuple[str, ...]:
+    """A non-empty list of distinct values from ``choices``, returned as a tuple (hashable, immutable)."""
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(key, f"expected a non-empty list, got {_got(value)}")
+    for i, item in enumerate(value):
+        _check_choice(f"{key}[{i}]", item, choices)
+        if item in value[:i]:
+            raise ConfigError(f"{key}[{i}]", f"duplicate entry {item!r}")
+    return tuple(value)
+
+
+def _check_optional_str(key: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ConfigError(key, f"expected a non-empty string or null, got {_got(value)}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sections: one frozen dataclass per params.yaml section.
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Scene data: seed layouts that start the environment memory and held-out evaluation suites."""
+
+    n_seed_layouts: int = 500  # seed layouts used, in total over the families (data/ holds 500)
+    suite_size: int = 25  # held-out environments used per suite per family (data/ holds 100)
+    families: tuple[str, ...] = FAMILIES  # task families to run, distinct entries of FAMILIES
+
+    def __post_init__(self) -> None:
+        _check_int("n_seed_layouts", self.n_seed_layouts, minimum=1)
+        _check_int("suite_size", self.suite_size, minimum=1)
+        object.__setattr__(self, "families", _check_choices("families", self.families, FAMILIES))
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """PyBullet simulation, observations and the rollout executor."""
+
+    control_hz: int = 10  # policy control rate; one 7-D action per control step
+    physics_hz: int = 240  # physics rate; a multiple of control_hz (substeps per action = ratio)
+    chunk_len: int = 8  # actions per action chunk (h in the paper)
+    max_chunks: int = 12  # episode length in chunks
+    obs: str = "state"  # observation type: "state" (proprio + object features) or "rgb" (two cameras)
+    image_size: int = 224  # side of the square camera images in pixels, used when obs == "rgb"
+    workers: int = 2  # parallel rollout worker processes (or Ray tasks in flight)
+    backend: str = "local"  # "local" process pool or "ray"
+    ray_address: str | None = None  # ray.init(address=...) target; null starts or joins a local Ray
+    episode_timeout_s: float = 60.0  # wall-clock limit for one episode before its worker is replaced
+    retries: int = 1  # re-attempts of an episode whose worker crashed or timed out
+
+    def __post_init__(self) -> None:
+        _check_int("control_hz", self.control_hz, minimum=1)
+        _check_int("physics_hz", self.physics_hz, minimum=1)
+        if self.physics_hz % self.control_hz:
+            raise ConfigError(
+                "physics_hz", f"must be a multiple of control_hz ({self.control_hz}), got {self.physics_hz}"
+            )
+        _check_int("chunk_len", self.chunk_len, minimum=1)
+        _check_int("max_chunks", self.max_chunks, minimum=1)
+        _check_choice("obs", self.obs, OBS_MODES)
+        _check_int("image_size", self.image_size, minimum=1)
+        _check_int("workers", self.workers, minimum=1)
+        _check_choice("backend", self.backend, BACKENDS)
+        _check_optional_str("ray_address", self.ray_address)
+        object.__setattr__(
+            self, "episode_timeout_s", _check_float("episode_timeout_s", self.episode_timeout_s, above=0)
+        )
+        _check_int("retries", self.retries, minimum=0)
+
+    @property
+    def substeps(self) -> int:
+        """Physics steps per control step."""
+        return self.physics_hz // self.control_hz
+
+    @property
+    def max_steps(self) -> int:
+        """Episode length in control steps."""
+        return self.chunk_len * self.max_chunks
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Scripted IK planner that certifies scenes and produces demonstrations."""
+
+    n_check: int = 50  # seed scenes per family for `coda planner-check`
+    ik_iterations: int = 100  # maxNumIterations of pybullet's calculateInverseKinematics
+    ik_threshold: float = 1e-4  # residualThreshold of calculateInverseKinematics (metres)
+
+    def __post_init__(self) -> None:
+        _check_int("n_check", self.n_check, minimum=1)
+        _check_int("ik_iterations", self.ik_iterations, minimum=1)
+        object.__setattr__(self, "ik_threshold", _check_float("ik_threshold", self.ik_threshold, above=0))
+
+
+@dataclass(frozen=True)
+class Config:
+    """The parameters of one run: ``base`` plus the sections of the selected profile."""
+
+    seed: int  # base.seed: root seed from which every random generator of a run is derived
+    profile: str  # name of the selected profile
+    data: DataConfig
+    sim: SimConfig
+    planner: PlannerConfig
+
+    def __post_init__(self) -> None:
+        _check_int("seed", self.seed, minimum=0)
+
+
+def section_types() -> dict[str, type]:
+    """Section name -> dataclass, read from the dataclass-typed fields of :class:`Config`."""
+    hints = get_type_hints(Config)
+    return {
+        f.name: hints[f.name] for f in dataclasses.fields(Config) if dataclasses.is_dataclass(hints[f.name])
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading.
+
+
+def load_params(path: str | Path = "params.yaml", profile: str | None = None) -> Config:
+    """Read ``path``, validate every profile and return the one named by ``profile`` or ``base.profile``."""
+    path = Path(path)
+    root = _as_mapping(str(path), _read_yaml(path))
+    _check_keys("", root, ("base", "profiles"), what="key")
+
+    base = _as_mapping("base", root["base"])
+    _check_keys("base", base, ("seed", "profile"), what="key")
+    seed = _check_int("base.seed", base["seed"], minimum=0)
+    default_profile = base["profile"]
+
+    profiles = _as_mapping("profiles", root["profiles"])
+    if not profiles:
+        raise ConfigError("profiles", "expected at least one profile")
+    configs = {}
+    for name, body in profiles.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"profiles.{name}", f"profile names must be strings, got {_got(name)}")
+        configs[name] = _build_profile(name, body, seed)
+
+    available = ", ".join(sorted(configs))
+    if not isinstance(default_profile, str) or default_profile not in configs:
+        raise ConfigError("base.profile", f"unknown profile {default_profile!r}; available: {available}")
+    selected = default_profile if profile is None else profile
+    if selected not in configs:
+        raise ConfigError(
+            f"profiles.{selected}", f"unknown profile {selected!r} requested; available: {available}"
+        )
+    return configs[selected]
+
+
+def _build_profile(name: str, body: Any, seed: int) -> Config:
+    prefix = f"profiles.{name}"
+    body = _as_mapping(prefix, body)
+    types = section_types()
+    _check_keys(prefix, body, tuple(types), what="section")
+    sections = {
+        section: _build_section(f"{prefix}.{section}", cls, body[section]) for section, cls in types.items()
+    }
+    return Config(seed=seed, profile=name, **sections)
+
+
+def _build_section(prefix: str, cls: type, raw: Any) -> Any:
+    raw = _as_mapping(prefix, raw)
+    _check_keys(prefix, raw, tuple(f.name for f in dataclasses.fields(cls)), what="key")
+    try:
+        return cls(**raw)
+    except ConfigError as error:
+        raise error.within(prefix) from None
+
+
+def _check_keys(prefix: str, mapping: Mapping, expected: tuple[str, ...], what: str) -> None:
+    for key in mapping:
+        if key not in expected:
+            raise ConfigError(_join(prefix, key), f"unknown {what}; expected one of: {', '.join(expected)}")
+    for key in expected:
+        if key not in mapping:
+            raise ConfigError(_join(prefix, key), f"missing {what}")
+
+
+def _as_mapping(key: str, value: Any) -> Mapping:
+    if not isinstance(value, Mapping):
+        raise ConfigError(key, f"expected a mapping, got {_got(value)}")
+    return value
+
+
+def _join(prefix: str, key: Any) -> str:
+    return f"{prefix}.{key}" if prefix else str(key)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys, which plain YAML loading resolves silently to the last one."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` merge keys may be overridden on purpose
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, Mapping | list):
+                continue  # unhashable; the base class reports it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"duplicate key {key!r}",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(str(path), f"cannot read file ({error.strerror or error})") from None
+    try:
+        return yaml.load(text, Loader=_StrictLoader)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(str(path), f"invalid YAML{where}: {error.problem}") from None
+    except yaml.YAMLError as error:
+        raise ConfigError(str(path), f"invalid YAML: {error}") from None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hashing.
+
+
+def config_hash(section: Any) -> str:
+    """Stable SHA-256 (hex) of a config dataclass instance: its fields as canonical JSON.
+
+    Canonical means sorted keys, no whitespace, tuples as lists; equal configs hash equally in any process,
+    so the hash can name cached artefacts.
+
+    Example:
+        >>> config_hash(PlannerConfig()) == config_hash(PlannerConfig(n_check=50))
+        True
+    """
+    if not dataclasses.is_dataclass(section) or isinstance(section, type):
+        raise TypeError(f"config_hash expects a dataclass instance, got {type(section).__name__}")
+    payload = json.dumps(dataclasses.asdict(section), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
