@@ -10,6 +10,8 @@ TORCH := torch==2.13.0
 STAMP := $(VENV)/.installed
 
 export DVC_NO_ANALYTICS := 1
+# stages call `coda`, `python` and `dvc` from the virtual environment
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: venv test reproduce lint clean
 
@@ -28,7 +30,7 @@ test: venv
 	DVC_NO_ANALYTICS=1 $(BIN)/python -m pytest
 
 reproduce: venv
-	$(BIN)/coda data ensure && $(BIN)/dvc repro
+	coda data ensure && dvc repro
 
 lint: venv
 	$(BIN)/ruff check .

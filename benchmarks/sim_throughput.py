@@ -1,8 +1,12 @@
 """Simulator throughput, measured side by side in one run on the same seed scenes; prints JSON.
 
-* raw_steps_per_s: bare `stepSimulation` on each loaded scene (robot holding its home pose)
+* raw_steps_per_s: bare `stepSimulation` replaying the very same episodes: the scene is reloaded and
+  the motor targets the engine sent are re-issued, so the physics (contacts, grasps) is the same and
+  only our engine's work is missing
+* idle_steps_per_s: bare `stepSimulation` on the same scenes with the robot holding still (cheaper
+  physics: no manipulation contacts), for reference
 * engine_steps_per_s: physics steps per wall second inside our rollout engine (scripted planner
-  episodes: IK, control, state capture, predicates included); engine_ratio = engine / raw
+  episodes: IK, control, state capture, predicates, observations included); engine_ratio = engine / raw
 * episodes_per_s_1 / _2: the same episodes through the local process pool with 1 and 2 workers;
   scaling_2 = their ratio
 * median_episode_s: median scripted episode (state observation) on one core, scene spawn excluded;
@@ -25,7 +29,7 @@ from coda import data
 from coda.cli import _planner_job
 from coda.sim.executor import make_executor
 from coda.sim.rollout import plan_episode
-from coda.sim.world import World
+from coda.sim.world import ARM_FORCES, ARM_JOINTS, FINGER_FORCE, FINGER_JOINTS, World
 
 
 def main() -> None:
@@ -39,22 +43,35 @@ def main() -> None:
     scenes = [s for f in data.FAMILIES for s in data.seed_scenes(root, f, args.per_family)]
 
     world = World(root)
-    raw_steps, raw_s, eng_steps, eng_s, episode_s, load_s = 0, 0.0, 0, 0.0, [], []
+    c, robot = world.client, world.robot
+    raw_steps, raw_s, idle_steps, idle_s, eng_steps, eng_s, episode_s, load_s = 0, 0.0, 0, 0.0, 0, 0.0, [], []
     for _ in range(args.repeats):
         for scene in scenes:
             t0 = time.perf_counter()
             world.load(scene)
             load_s.append(time.perf_counter() - t0)
-            n = 480
             t0 = time.perf_counter()
-            for _ in range(n):
-                p.stepSimulation(physicsClientId=world.client)
-            raw_s += time.perf_counter() - t0
-            raw_steps += n
+            for _ in range(480):
+                p.stepSimulation(physicsClientId=c)
+            idle_s += time.perf_counter() - t0
+            idle_steps += 480
+            world.motor_log = []
             rec = plan_episode(world, scene)
+            log, world.motor_log = world.motor_log, None
             eng_steps += rec.physics_steps
             eng_s += rec.wall_s
             episode_s.append(rec.wall_s)
+            world.load(scene)
+            t0 = time.perf_counter()
+            for q, width in log:
+                p.setJointMotorControlArray(robot, ARM_JOINTS, p.POSITION_CONTROL, targetPositions=q,
+                                            forces=ARM_FORCES, physicsClientId=c)
+                p.setJointMotorControlArray(robot, FINGER_JOINTS, p.POSITION_CONTROL, targetPositions=[width] * 2,
+                                            forces=[FINGER_FORCE] * 2, physicsClientId=c)
+                for _ in range(world.substeps):
+                    p.stepSimulation(physicsClientId=c)
+            raw_s += time.perf_counter() - t0
+            raw_steps += len(log) * world.substeps
     world.close()
 
     jobs = [(s.family, s.to_json()) for s in scenes] * args.repeats
@@ -70,9 +87,10 @@ def main() -> None:
 
     raw = raw_steps / raw_s
     engine = eng_steps / eng_s
+    idle = idle_steps / idle_s
     out = {
         "scenes": len(scenes), "episodes": len(jobs),
-        "raw_steps_per_s": round(raw, 1), "engine_steps_per_s": round(engine, 1),
+        "raw_steps_per_s": round(raw, 1), "idle_steps_per_s": round(idle, 1), "engine_steps_per_s": round(engine, 1),
         "engine_ratio": round(engine / raw, 3),
         "episodes_per_s_1": round(rates[1], 3), "episodes_per_s_2": round(rates[2], 3),
         "scaling_2": round(rates[2] / rates[1], 3),

@@ -201,9 +201,10 @@ def run(argv: list[str] | None = None) -> int:
         _need_data(Path(args.data))
         rows = planner_check(Path(args.data), _families(args.family), args.n or cfg.planner.n_check, args.workers, cfg)
         out = rows[0] if len(rows) == 1 else {"families": rows}
-        if args.out:
+        if args.out:  # keyed by family so that `dvc metrics show` can read it
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+            keyed = {r["family"]: {k: v for k, v in r.items() if k != "family"} for r in rows}
+            Path(args.out).write_text(json.dumps(keyed, indent=1) + "\n")
         print(json.dumps(out) if args.json else "\n".join(
             f"{r['family']:>10}: {r['success_rate'] * 100:5.1f}% of {r['n']}, median {r['median_episode_s']} s"
             for r in rows))

@@ -3,19 +3,27 @@ generated articulated objects (cabinets with drawers, hinged doors, lidded boxes
 
 The paper uses 1,200 rigid and 300 articulated objects. Here:
 
-* **rigid** (>= 1,200): the pybullet_data ``random_urdfs`` meshes (mesh scale 0.015 as in their URDFs),
-  each reduced to a simplified convex hull of at most 48 vertices (the raw decompositions have hulls of
-  up to a few hundred vertices and, used as-is, slow stepping several-fold); seeded primitives (cubes,
-  cuboids, cylinders, spheres) sized for a Franka gripper (max opening 0.08 m); and a handful of
-  pybullet_data objects (mug, duck, teddy, ball, lego, domino, toy shapes), also as simplified hulls of
-  their collision meshes. Every rigid asset's frame is the centre of its axis-aligned bounding box.
+* **rigid** (>= 1,200): the pybullet_data ``random_urdfs`` meshes (mesh scale 0.015 as in their URDFs;
+  five unusable ones -- NaN or sub-4 mm thick -- are listed under ``excluded`` in catalog.json), each
+  reduced to a simplified convex hull of at most 48 vertices (loading the stock multi-part meshes steps
+  about 2x slower); seeded primitives (cubes, cuboids, cylinders, spheres) sized for a Franka gripper
+  (max opening 0.08 m); and a handful of pybullet_data objects (mug, duck, teddy, ball, lego, domino,
+  toy shapes), also as simplified hulls of their collision meshes.
+  Hulls are stored in a **resting pose**: rotated so that, set down with identity or yaw-only
+  orientation, they rest on a stable facet (flat blobs lie flat instead of standing on edge; the mug,
+  duck, lego and ball keep their upright pose) with the footprint axis aligned, x the longer side.
+  ``visual_orientation`` / ``visual_offset`` place the visual mesh accordingly. Every rigid asset's
+  frame (and centre of mass) is the centre of its axis-aligned bounding box.
 * **articulated** (>= 300): URDFs written here from boxes only (cheap to step). Cabinets face local -x
   (towards a robot at the origin when placed at +x with yaw 0). The base link ``carcass`` has its frame at
   the centre of the carcass's bottom face, so the cabinet stands on whatever surface ``position`` is on.
-  Every movable part has a fixed child link ``handle_<i>`` carrying a horizontal bar along the handle
-  link's y axis, held by two standoffs in front of the part; ``handle_local`` is the bar centre in the
-  handle link frame. Closed = lower joint limit = 0. All parts, including doors and lids, are inset in
-  the carcass, so the closed assembly (handles excepted) lies within ``footprint``.
+  Every movable part has a fixed child link ``handle_<i>`` in front of it: drawers carry a vertical bar
+  (taken from above with the fingers closing along y), doors and lids a horizontal bar along the handle
+  link's y axis, each held by two posts 3.5-5 cm in front of the part (lids: of the box front).
+  ``handle_local`` is the grasp point in the handle link frame (drawers: near the bar's top; otherwise
+  the bar centre); every grasp point is 0.06-0.40 m above the carcass bottom when closed, at scale 1.
+  Closed = lower joint limit = 0. Doors and lids are inset in the carcass, so the closed assembly
+  (handles excepted) lies within ``footprint``.
 
 ``build_assets`` writes ``<data_dir>/assets/catalog.json`` and ``<data_dir>/assets/articulated/*.urdf``,
 byte-identical for the same seed. ``load_catalog`` validates it.
@@ -366,6 +374,33 @@ def _matrix_from_quat(q: Sequence[float]) -> np.ndarray:
     return Rotation.from_quat(np.asarray(q, dtype=np.float64)).as_matrix()
 
 
+_HULL_MEMO: dict[tuple, RigidAsset | str] = {}  # see _mesh_asset
+
+
+def _mesh_asset(data: Path, asset_id, source, category, mesh, visual_mesh, vscale, upright=None):
+    """`_hull_asset` for a mesh file under `data`, or a string saying why the mesh is unusable.
+
+    Memoised per process on the file's identity: the result is a pure function of the file, so
+    rebuilding the catalog in one process (tests, notebooks) reuses it.
+    """
+    path = data / mesh
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns, float(vscale), upright, asset_id, source, category, visual_mesh)
+    a = _HULL_MEMO.get(key)
+    if a is None:
+        pts = _read_obj_vertices(path) * vscale
+        thinnest = float(np.ptp(pts, axis=0).min()) if len(pts) >= 4 else 0.0
+        if len(pts) < 4:
+            a = "mesh has no finite vertices"
+        elif thinnest < MIN_THICKNESS:
+            a = f"degenerate: thinnest extent {thinnest:.4f} m"
+        else:
+            base = None if upright is None else _matrix_from_quat(p.getQuaternionFromEuler(upright))
+            a = _hull_asset(asset_id, source, category, pts, visual_mesh, vscale, base)
+        _HULL_MEMO[key] = a
+    return a
+
+
 def _hull_asset(asset_id, source, category, pts, visual_mesh, vscale, base=None) -> RigidAsset:
     """Simplified hull of `pts` (scaled mesh vertices), put in a resting pose and AABB-centred.
 
@@ -420,15 +455,11 @@ def _random_urdf_assets(data: Path) -> tuple[list[RigidAsset], list[dict]]:
         aid = f"random_urdfs/{d}"
         if not obj.is_file():
             continue
-        pts = _read_obj_vertices(obj) * RANDOM_URDF_SCALE
-        if len(pts) < 4:
-            excluded.append({"asset_id": aid, "reason": "mesh has no finite vertices"})
+        a = _mesh_asset(data, aid, "random_urdfs", "", f"random_urdfs/{d}/{d}.obj", f"random_urdfs/{d}/{d}.obj",
+                        RANDOM_URDF_SCALE)
+        if isinstance(a, str):
+            excluded.append({"asset_id": aid, "reason": a})
             continue
-        ext = pts.max(axis=0) - pts.min(axis=0)
-        if ext.min() < MIN_THICKNESS:
-            excluded.append({"asset_id": aid, "reason": f"degenerate: thinnest extent {ext.min():.4f} m"})
-            continue
-        a = _hull_asset(aid, "random_urdfs", "", pts, f"random_urdfs/{d}/{d}.obj", RANDOM_URDF_SCALE)
         out.append(_replace(a, category=blob_category(a.half_extents)))
     return out, excluded
 
@@ -442,9 +473,10 @@ def _replace(a, **kw):
 def _pybullet_object_assets(data: Path) -> list[RigidAsset]:
     out = []
     for name, (cat, col, vis, sc, upright) in PYBULLET_OBJECTS.items():
-        pts = _read_obj_vertices(data / col) * sc
-        base = None if upright is None else _matrix_from_quat(p.getQuaternionFromEuler(upright))
-        out.append(_hull_asset(f"objects/{name}", "pybullet_objects", cat, pts, vis, sc, base))
+        a = _mesh_asset(data, f"objects/{name}", "pybullet_objects", cat, col, vis, sc, upright)
+        if isinstance(a, str):  # pragma: no cover - the listed meshes are fine
+            raise RuntimeError(f"objects/{name}: {a}")
+        out.append(a)
     return out
 
 
@@ -606,11 +638,12 @@ def _carcass_common(u: _Urdf, rng, name: str, D, W, H, zb, t, open_top=False, ex
 def _gen_drawers(rng, category: str, name: str):
     n, (w_lo, w_hi), (hs_lo, hs_hi) = {
         "drawer_single": (1, (0.25, 0.45), (0.10, 0.18)),
-        "drawer_double": (2, (0.28, 0.45), (0.09, 0.15)),
-        "drawer_triple": (3, (0.28, 0.45), (0.08, 0.11)),
-        "drawer_wide": (int(rng.integers(1, 3)), (0.50, 0.70), (0.08, 0.13)),
+        "drawer_double": (2, (0.28, 0.45), (0.092, 0.15)),
+        "drawer_triple": (3, (0.28, 0.45), (0.092, 0.11)),
+        "drawer_wide": (int(rng.integers(1, 3)), (0.50, 0.70), (0.092, 0.13)),
         "drawer_tall": (2, (0.22, 0.32), (0.15, 0.19)),
     }[category]
+    g = 0.003  # clearance around each drawer front
     for _ in range(1000):
         W = _u(rng, w_lo, w_hi)
         D = _u(rng, 0.28, 0.42)
@@ -618,24 +651,24 @@ def _gen_drawers(rng, category: str, name: str):
         plinth = _u(rng, 0.01, 0.05)
         zb = round(plinth + t, 3)
         hs = _u(rng, hs_lo, hs_hi)
-        handle_z = [zb + i * (hs + t) + hs / 2 for i in range(n)]
-        if HANDLE_Z_RANGE[0] <= handle_z[0] and handle_z[-1] <= HANDLE_Z_RANGE[1]:
+        Wi = W - 2 * t
+        h = _handle_params(rng, 0.8 * Wi)
+        h["len"] = round(min(h["len"], 0.7 * (hs - 2 * g)), 3)  # the vertical bar fits on the drawer front
+        grasp_dz = round(h["len"] / 2 - 0.012, 4)  # grasp near the bar's top
+        grasp_z = [zb + i * (hs + t) + hs / 2 + grasp_dz for i in range(n)]
+        if HANDLE_Z_RANGE[0] <= grasp_z[0] and grasp_z[-1] <= HANDLE_Z_RANGE[1]:
             break
     else:  # pragma: no cover - ranges above are feasible
         raise RuntimeError(f"{name}: no feasible drawer layout")
     H = round(zb + n * hs + (n - 1) * t + t, 4)
-    g = 0.003  # clearance around each drawer front
     tf = _u(rng, 0.012, 0.02)  # front panel thickness
     tw = _u(rng, 0.005, 0.009)  # drawer wall thickness
-    Wi = W - 2 * t
     Wd = Wi - 2 * g - 0.004
     Dd = round(D - t - tf - 0.01, 4)
     wall_frac = _u(rng, 0.6, 0.8, 2)
     max_open = round(min(_u(rng, 0.15, 0.25), 0.8 * Dd), 3)
     damping = _u(rng, 1.0, 5.0, 2)
     drawer_mass = _u(rng, 0.2, 0.55, 2)
-    h = _handle_params(rng, 0.8 * Wi)
-    h["len"] = round(min(h["len"], 0.7 * (hs - 2 * g)), 3)  # the vertical bar fits on the drawer front
 
     u = _Urdf(name)
     u.material("carcass", _colour(rng))
@@ -665,7 +698,7 @@ def _gen_drawers(rng, category: str, name: str):
         joints.append(f"drawer_{i}_slide")
         handles.append(f"handle_{i}")
         limits.append((0.0, max_open))
-        local.append((-h["standoff"], 0.0, round(h["len"] / 2 - 0.012, 4)))  # grasp near the bar's top
+        local.append((-h["standoff"], 0.0, grasp_dz))  # grasp near the bar's top
     return u.text(), "prismatic", joints, handles, limits, local, (D / 2, W / 2, H / 2)
 
 
@@ -906,6 +939,8 @@ def _parse_rigid(d) -> RigidAsset:
     vm = d["visual_mesh"]
     if vm is not None:
         vm = _relpath(aid, "visual_mesh", vm)
+        if not (Path(pybullet_data.getDataPath()) / vm).is_file():
+            raise _err(aid, "visual_mesh", f"{vm!r} not found in pybullet_data")
     elif src != "primitive":
         raise _err(aid, "visual_mesh", "required for mesh sources")
     vs = d["visual_mesh_scale"]
@@ -1050,11 +1085,18 @@ def _visual_shape(client: int, a: RigidAsset, scale: float) -> int:
 
 
 def spawn_rigid(client: int, asset: RigidAsset, *, position, orientation, scale: float, mass: float,
-                friction: float, rgba, visual: bool) -> int:
+                friction: float, rgba, visual: bool, rolling_friction: float = ROLLING_FRICTION,
+                spinning_friction: float = SPINNING_FRICTION) -> int:
     """Create `asset` as a single-link multibody; geometry multiplied by `scale`. Returns the body id.
 
-    `orientation` is a quaternion (x, y, z, w) or Euler angles (roll, pitch, yaw). Without `visual` the
-    body has no visual shape (cheaper). `rgba` (or None) tints the visual shape.
+    `position` is the object frame's origin (its AABB centre; it rests on a surface at height
+    ``half_extents[2] * scale`` above it with identity or yaw-only `orientation`), `orientation` a
+    quaternion (x, y, z, w) or Euler angles (roll, pitch, yaw). Without `visual` the body has no visual
+    shape (cheaper). `rgba` (or None) tints the visual shape.
+
+    Rolling/spinning friction keep round objects from rolling or spinning forever but are not free:
+    measured with a Panda and 4 objects, 0.001 of both roughly halves stepping speed (see
+    tests/test_assets.py); pass 0 to drop them.
     """
     if scale <= 0 or mass <= 0:
         raise ValueError(f"{asset.asset_id}: scale and mass must be positive (got {scale}, {mass})")
@@ -1074,8 +1116,8 @@ def spawn_rigid(client: int, asset: RigidAsset, *, position, orientation, scale:
         vis = _visual_shape(client, asset, scale) if visual else -1
         body = p.createMultiBody(baseMass=float(mass), baseCollisionShapeIndex=col, baseVisualShapeIndex=vis,
                                  basePosition=list(position), baseOrientation=orn, physicsClientId=client)
-    p.changeDynamics(body, -1, lateralFriction=float(friction), rollingFriction=ROLLING_FRICTION,
-                     spinningFriction=SPINNING_FRICTION, physicsClientId=client)
+    p.changeDynamics(body, -1, lateralFriction=float(friction), rollingFriction=float(rolling_friction),
+                     spinningFriction=float(spinning_friction), physicsClientId=client)
     if visual and rgba is not None:
         p.changeVisualShape(body, -1, rgbaColor=list(rgba), physicsClientId=client)
     return body
@@ -1085,10 +1127,11 @@ def spawn_articulated(client: int, asset: ArticulatedAsset, data_dir: Path, *, p
                       scale: float, rgba=None) -> int:
     """Load the asset's URDF with a fixed base at `position` (carcass bottom centre) rotated by `yaw`.
 
-    Each movable joint's default motor is replaced by a velocity motor with target 0 whose force is
-    the joint's URDF friction (scaled like a force), which acts as static/Coulomb joint friction, so the
-    parts stay put unless pushed. `rgba` (optional) recolours the carcass and moving panels (not the
-    handles).
+    Each movable joint's default motor is replaced by a velocity motor with target 0 whose maximum
+    force (torque) is the joint's URDF friction, which acts as Coulomb joint friction: parts stay put
+    unless pushed. A controller driving a joint replaces that motor; restore it with
+    ``p.setJointMotorControl2(body, j, p.VELOCITY_CONTROL, targetVelocity=0, force=friction)``.
+    `rgba` (optional) recolours the carcass and moving panels (not the handles).
     """
     path = Path(data_dir) / asset.urdf
     if not path.is_file():

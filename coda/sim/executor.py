@@ -42,6 +42,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import re
 import signal
 import sys
 import time
@@ -721,6 +722,13 @@ class RayExecutor(_ExecutorBase):
                         try:
                             init_error = ray.get(ref, timeout=30)
                         except (RayActorError, RayTaskError, GetTimeoutError) as exc:
+                            if getattr(exc, "actor_init_failed", False):
+                                # The actor's __init__ raised although it catches the
+                                # initializer's exceptions: its arguments could not be
+                                # unpickled there (module not importable on the workers).
+                                raise WorkerInitError(
+                                    f"Ray actor could not be created: {_ray_error_text(exc)}"
+                                ) from exc
                             init_failed(slot, _first_line(exc))
                             continue
                         if init_error is not None:
@@ -736,11 +744,12 @@ class RayExecutor(_ExecutorBase):
                         attempt_failed(index, f"crash: worker died (ray actor died: {_first_line(exc)})")
                         continue
                     except (RayTaskError, GetTimeoutError) as exc:
-                        # fn's own exceptions are caught in the actor, so this is (un)pickling.
+                        # fn's own exceptions are caught in the actor, so this is (un)pickling
+                        # of fn, the job or the result (e.g. a module missing on the workers).
                         finish(
                             index,
                             JobResult(
-                                index, False, None, f"exception: {_format_exception(exc)}", attempts[index]
+                                index, False, None, f"exception: {_ray_error_text(exc)}", attempts[index]
                             ),
                         )
                     else:
@@ -785,9 +794,20 @@ class RayExecutor(_ExecutorBase):
             self._ray.shutdown()
 
 
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    text = _ANSI_ESCAPE.sub("", str(exc)).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _ray_error_text(exc: BaseException) -> str:
+    """Short text for a Ray error: its innermost cause, first line, without colours."""
+    seen = 0
+    while getattr(exc, "cause", None) is not None and isinstance(exc.cause, BaseException) and seen < 5:
+        exc, seen = exc.cause, seen + 1
+    return f"{type(exc).__name__}: {_first_line(exc)}"
 
 
 # --------------------------------------------------------------------------- factory

@@ -94,6 +94,7 @@ class World:
         self.target_quat = np.array(DOWN_QUAT)
         self.grip_cmd = 1.0
         self.steps = 0  # physics steps taken since construction (for throughput accounting)
+        self.motor_log: list[tuple[list[float], float]] | None = None  # set to a list to record motor targets
 
     # -- scene management --------------------------------------------------------------------------
     @property
@@ -228,6 +229,8 @@ class World:
         p.setJointMotorControlArray(self.robot, ARM_JOINTS, p.POSITION_CONTROL, targetPositions=q[:7],
                                     forces=ARM_FORCES, physicsClientId=c)
         width = GRIP_OPEN if self.grip_cmd > 0 else 0.0
+        if self.motor_log is not None:
+            self.motor_log.append((list(q[:7]), width))
         p.setJointMotorControlArray(self.robot, FINGER_JOINTS, p.POSITION_CONTROL,
                                     targetPositions=[width, width], forces=[FINGER_FORCE] * 2, physicsClientId=c)
         for _ in range(self.substeps):
