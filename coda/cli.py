@@ -49,11 +49,12 @@ def _validity_job(args: tuple[str, str, int, int]) -> dict[str, Any]:
 def _executor(cfg, data_dir: Path, workers: int | None):
     from coda import data
     from coda.sim.executor import make_executor
+    from coda.sim.world import world_kwargs
 
     return make_executor(cfg.sim.backend if cfg else "local", workers or (cfg.sim.workers if cfg else 2),
                          timeout_s=cfg.sim.episode_timeout_s if cfg else 60.0, retries=cfg.sim.retries if cfg else 1,
                          ray_address=cfg.sim.ray_address if cfg else None, initializer=data._init_worker,
-                         initargs=(str(data_dir),))
+                         initargs=(str(data_dir), world_kwargs(cfg) if cfg else None))
 
 
 def planner_check(data_dir: Path, families: list[str], n: int, workers: int | None = None, cfg=None) -> list[dict]:

@@ -33,11 +33,12 @@ SPLIT_CODES = {"seed": 0, "generator": 1, "instances": 2, "layouts": 3, "tasks":
 _WORLD = None
 
 
-def _init_worker(data_dir: str) -> None:
+def _init_worker(data_dir: str, world_kwargs: dict | None = None) -> None:
+    """Executor initializer: one simulator world per worker process, reused by every job it runs."""
     global _WORLD
     from coda.sim.world import World
 
-    _WORLD = World(data_dir)
+    _WORLD = World(data_dir, **(world_kwargs or {}))
 
 
 def scene_rng(seed: int, family: str, split: str, index: int, attempt: int = 0) -> np.random.Generator:

@@ -62,8 +62,15 @@ def test_counts_and_categories(built):
     for c in ("cube", "cuboid", "cylinder", "sphere", "mug", "duck"):
         assert rigid[c] >= 1, rigid
     assert sum(rigid[c] for c in ("cube", "cuboid", "cylinder", "sphere")) >= 200
-    assert set(art) == {"drawer_single", "drawer_double", "drawer_triple", "drawer_wide", "drawer_tall",
-                        "door_cabinet", "lid_box"}
+    assert set(art) == {
+        "drawer_single",
+        "drawer_double",
+        "drawer_triple",
+        "drawer_wide",
+        "drawer_tall",
+        "door_cabinet",
+        "lid_box",
+    }
     assert cat.categories() == {"articulated": sorted(art), "rigid": sorted(rigid)}
     assert Counter(a.source for a in cat.rigid)["random_urdfs"] >= 990
     assert all(a.category == c for c in ("mug", "cube") for a in cat.rigid_in(c))
@@ -83,7 +90,9 @@ def test_rigid_geometry(built):
             assert 4 <= len(v) <= A.MAX_HULL_VERTICES, a.asset_id
             # AABB-centred, and half_extents are the hull's half sizes
             np.testing.assert_allclose((v.max(0) + v.min(0)) / 2, 0, atol=2e-5, err_msg=a.asset_id)
-            np.testing.assert_allclose((v.max(0) - v.min(0)) / 2, a.half_extents, atol=2e-5, err_msg=a.asset_id)
+            np.testing.assert_allclose(
+                (v.max(0) - v.min(0)) / 2, a.half_extents, atol=2e-5, err_msg=a.asset_id
+            )
             assert a.visual_mesh and (Path(pybullet_data.getDataPath()) / a.visual_mesh).is_file()
         else:
             assert a.visual_mesh is None and a.hull_vertices == ()
@@ -135,7 +144,10 @@ def test_build_is_byte_identical(built, tmp_path):
     other = A.build_assets(tmp_path / "other", seed=SEED + 1)
     assert other.by_id("primitive/cube_000") != cat.by_id("primitive/cube_000")
     assert other.by_id("random_urdfs/042") == cat.by_id("random_urdfs/042")
-    assert _files(tmp_path / "other")["articulated/drawer_single_000.urdf"] != a["articulated/drawer_single_000.urdf"]
+    assert (
+        _files(tmp_path / "other")["articulated/drawer_single_000.urdf"]
+        != a["articulated/drawer_single_000.urdf"]
+    )
 
 
 def test_rebuild_removes_stale_urdfs(built, tmp_path):
@@ -248,8 +260,17 @@ def test_rigid_assets_rest_on_a_plane(built, client):
     prims = [a for k in ("cube", "cuboid", "cylinder", "sphere") for a in _pick(cat.rigid_in(k), 3)]
     for i, a in enumerate(hulls + objs + prims):
         x, y = 0.3 * (i % 8), 0.3 * (i // 8)
-        b = A.spawn_rigid(c, a, position=(x, y, a.half_extents[2] + 0.05), orientation=(0, 0, 0, 1),
-                          scale=1.0, mass=a.default_mass, friction=0.8, rgba=None, visual=False)
+        b = A.spawn_rigid(
+            c,
+            a,
+            position=(x, y, a.half_extents[2] + 0.05),
+            orientation=(0, 0, 0, 1),
+            scale=1.0,
+            mass=a.default_mass,
+            friction=0.8,
+            rgba=None,
+            visual=False,
+        )
         for _ in range(240):
             p.stepSimulation(physicsClientId=c)
         pos, orn = p.getBasePositionAndOrientation(b, physicsClientId=c)
@@ -271,8 +292,17 @@ def test_hull_assets_placed_gently_stay_upright(built, client):
     sample = _pick([a for a in cat.rigid if a.shape == "hull"], 40)
     tilted = []
     for a in sample:
-        b = A.spawn_rigid(c, a, position=(0, 0, a.half_extents[2] + 0.002), orientation=(0, 0, 0, 1),
-                          scale=1.0, mass=a.default_mass, friction=0.8, rgba=None, visual=False)
+        b = A.spawn_rigid(
+            c,
+            a,
+            position=(0, 0, a.half_extents[2] + 0.002),
+            orientation=(0, 0, 0, 1),
+            scale=1.0,
+            mass=a.default_mass,
+            friction=0.8,
+            rgba=None,
+            visual=False,
+        )
         for _ in range(120):
             p.stepSimulation(physicsClientId=c)
         _, orn = p.getBasePositionAndOrientation(b, physicsClientId=c)
@@ -286,18 +316,45 @@ def test_spawn_rigid_scale_visual_and_cache(built, client):
     _, cat = built
     c = client
     box = cat.rigid_in("cuboid")[0]
-    b = A.spawn_rigid(c, box, position=(0, 0, 0.5), orientation=(0, 0, 0), scale=1.5, mass=0.2,
-                      friction=0.6, rgba=(1, 0, 0, 1), visual=True)
+    b = A.spawn_rigid(
+        c,
+        box,
+        position=(0, 0, 0.5),
+        orientation=(0, 0, 0),
+        scale=1.5,
+        mass=0.2,
+        friction=0.6,
+        rgba=(1, 0, 0, 1),
+        visual=True,
+    )
     lo, hi = p.getAABB(b, physicsClientId=c)
     np.testing.assert_allclose((np.array(hi) - lo) / 2, np.array(box.half_extents) * 1.5, atol=2e-3)
     assert p.getDynamicsInfo(b, -1, physicsClientId=c)[0] == pytest.approx(0.2)
     assert p.getDynamicsInfo(b, -1, physicsClientId=c)[1] == pytest.approx(0.6)
     assert p.getVisualShapeData(b, physicsClientId=c)[0][7] == pytest.approx((1, 0, 0, 1))
     mug = cat.by_id("objects/mug")
-    m1 = A.spawn_rigid(c, mug, position=(1, 0, 0.5), orientation=(0, 0, 0, 1), scale=1.0, mass=0.3,
-                       friction=0.6, rgba=None, visual=False)
-    m2 = A.spawn_rigid(c, mug, position=(2, 0, 0.5), orientation=(0, 0, 0, 1), scale=1.0, mass=0.3,
-                       friction=0.6, rgba=None, visual=True)
+    m1 = A.spawn_rigid(
+        c,
+        mug,
+        position=(1, 0, 0.5),
+        orientation=(0, 0, 0, 1),
+        scale=1.0,
+        mass=0.3,
+        friction=0.6,
+        rgba=None,
+        visual=False,
+    )
+    m2 = A.spawn_rigid(
+        c,
+        mug,
+        position=(2, 0, 0.5),
+        orientation=(0, 0, 0, 1),
+        scale=1.0,
+        mass=0.3,
+        friction=0.6,
+        rgba=None,
+        visual=True,
+    )
     # without a visual shape pybullet only reports its collision-geometry stand-in (no mesh file)
     assert all(v[4] == b"" for v in p.getVisualShapeData(m1, physicsClientId=c))
     assert p.getVisualShapeData(m2, physicsClientId=c)[0][4].endswith(b"objects/mug.obj")
@@ -305,8 +362,17 @@ def test_spawn_rigid_scale_visual_and_cache(built, client):
     # after resetSimulation the cache is stale; clear_caches makes spawning work again
     p.resetSimulation(physicsClientId=c)
     A.clear_caches(c)
-    b = A.spawn_rigid(c, mug, position=(0, 0, 0.5), orientation=(0, 0, 0, 1), scale=1.0, mass=0.3,
-                      friction=0.6, rgba=None, visual=False)
+    b = A.spawn_rigid(
+        c,
+        mug,
+        position=(0, 0, 0.5),
+        orientation=(0, 0, 0, 1),
+        scale=1.0,
+        mass=0.3,
+        friction=0.6,
+        rgba=None,
+        visual=False,
+    )
     assert p.getNumBodies(physicsClientId=c) == 1 and b == 0
 
 
@@ -321,7 +387,9 @@ def test_every_articulated_urdf_loads(built, client):
             assert info[2] == expected and (info[8], info[9]) == pytest.approx((lo, hi)), a.asset_id
         # closed handles sit 6-40 cm above the carcass bottom, in front of the carcass (-x)
         for hname, hl in zip(a.handle_links, a.handle_local):
-            ls = p.getLinkState(b, A.link_index(c, b, hname), computeForwardKinematics=True, physicsClientId=c)
+            ls = p.getLinkState(
+                b, A.link_index(c, b, hname), computeForwardKinematics=True, physicsClientId=c
+            )
             grasp = p.multiplyTransforms(ls[4], ls[5], hl, (0, 0, 0, 1))[0]
             assert 0.06 - 1e-6 <= grasp[2] <= 0.40 + 1e-6, (a.asset_id, grasp)
             assert grasp[0] < 0.7 - a.footprint[0] - 0.03, (a.asset_id, grasp)
@@ -329,8 +397,9 @@ def test_every_articulated_urdf_loads(built, client):
 
 
 def _handle_point(c, b, a, k):
-    ls = p.getLinkState(b, A.link_index(c, b, a.handle_links[k]), computeForwardKinematics=True,
-                        physicsClientId=c)
+    ls = p.getLinkState(
+        b, A.link_index(c, b, a.handle_links[k]), computeForwardKinematics=True, physicsClientId=c
+    )
     return np.array(p.multiplyTransforms(ls[4], ls[5], a.handle_local[k], (0, 0, 0, 1))[0])
 
 
@@ -339,8 +408,9 @@ def test_articulated_parts_move(built, client, category):
     data_dir, cat = built
     c = client
     for a in _pick([x for x in cat.articulated if x.category == category], 2):
-        b = A.spawn_articulated(c, a, data_dir, position=(0.7, 0.1, 0), yaw=0.3, scale=1.0,
-                                rgba=(0.5, 0.5, 0.9, 1))
+        b = A.spawn_articulated(
+            c, a, data_dir, position=(0.7, 0.1, 0), yaw=0.3, scale=1.0, rgba=(0.5, 0.5, 0.9, 1)
+        )
         joints = [A.link_index(c, b, n) for n in a.movable_joints]
         # at rest nothing drifts
         for _ in range(240):
@@ -354,16 +424,23 @@ def test_articulated_parts_move(built, client, category):
         if category == "lid_box":
             pull = pull * 0.5 + np.array([0, 0, 20.0])
         for _ in range(120):
-            p.applyExternalForce(b, A.link_index(c, b, a.handle_links[k]), pull.tolist(),
-                                 _handle_point(c, b, a, k).tolist(), p.WORLD_FRAME, physicsClientId=c)
+            p.applyExternalForce(
+                b,
+                A.link_index(c, b, a.handle_links[k]),
+                pull.tolist(),
+                _handle_point(c, b, a, k).tolist(),
+                p.WORLD_FRAME,
+                physicsClientId=c,
+            )
             p.stepSimulation(physicsClientId=c)
         q = p.getJointState(b, joints[k], physicsClientId=c)[0]
         assert q > 0.05, (a.asset_id, q)
         assert np.linalg.norm(_handle_point(c, b, a, k) - start) > 0.03
         # position control reaches the open limit
         lo, hi = a.joint_limits[0]
-        p.setJointMotorControl2(b, joints[0], p.POSITION_CONTROL, targetPosition=hi, force=100.0,
-                                physicsClientId=c)
+        p.setJointMotorControl2(
+            b, joints[0], p.POSITION_CONTROL, targetPosition=hi, force=100.0, physicsClientId=c
+        )
         for _ in range(480):
             p.stepSimulation(physicsClientId=c)
         q = p.getJointState(b, joints[0], physicsClientId=c)[0]

@@ -119,3 +119,12 @@ def test_dvc_dir_hash_matches_dvc(tmp_path):
 
     recorded = yaml.safe_load((tmp_path / "d.dvc").read_text())["outs"][0]["md5"]
     assert data.dvc_dir_md5(d) == recorded
+
+
+def test_ranges_document_is_current():
+    from pathlib import Path
+
+    from coda.sim.families.ranges import render_markdown
+
+    doc = Path(__file__).resolve().parent.parent / "docs" / "RANGES.md"
+    assert doc.read_text().strip() == render_markdown().strip(), "run `coda data ranges > docs/RANGES.md`"

@@ -160,6 +160,13 @@ def test_initializer_failure_raises():
         make_executor("inline", initializer=J.init_fail).map(J.square, [1])
 
 
+def test_initializer_that_crashes_gives_up():
+    # every replacement worker segfaults in its initializer: bounded, then an error
+    with make_executor("local", 1, initializer=J.segfault_on, initargs=((0, True),)) as ex:
+        with pytest.raises(WorkerInitError, match="before finishing the initializer"):
+            ex.map(J.square, [1, 2])
+
+
 # --------------------------------------------------------------------------- ray
 
 
@@ -170,7 +177,7 @@ def test_initializer_failure_raises():
 @pytest.fixture(scope="module")
 def ray_executor():
     ray = pytest.importorskip("ray", reason="ray is not installed (`pip install ray`)")
-    ray.init(num_cpus=2, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=4, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     ex = make_executor("ray", 2, timeout_s=3, retries=1, initializer=J.init_counter, initargs=(0,))
     try:
         yield ex
@@ -213,6 +220,17 @@ def test_ray_timeout(ray_executor, monkeypatch):
     assert [r.ok for r in res] == [True, False, True]
     assert res[1].error == "timeout after 3.0s" and res[1].attempts == 1
     assert [r.value for r in ray_executor.map(J.square, [3])] == [9]  # replacement actor works
+
+
+@pytest.mark.slow
+def test_ray_initializer_failure(ray_executor):
+    # num_cpus=4 (logical) leaves room for this executor's actor next to the shared one's
+    ex = make_executor("ray", 1, initializer=J.init_fail)
+    try:
+        with pytest.raises(WorkerInitError, match="no simulator for you"):
+            ex.map(J.square, [1, 2])
+    finally:
+        ex.close()
 
 
 def test_ray_missing_gives_clear_error(monkeypatch):

@@ -180,8 +180,9 @@ def _read_obj_vertices(path: Path) -> np.ndarray:
     return v[np.isfinite(v).all(axis=1)]
 
 
-def simplify_hull(points: np.ndarray, max_vertices: int = MAX_HULL_VERTICES,
-                  keep: np.ndarray | None = None) -> np.ndarray:
+def simplify_hull(
+    points: np.ndarray, max_vertices: int = MAX_HULL_VERTICES, keep: np.ndarray | None = None
+) -> np.ndarray:
     """Deterministically reduce the convex hull of `points` to at most `max_vertices` vertices.
 
     Seeds with the hull's axis-extreme vertices (so the AABB is preserved exactly) and the hull
@@ -329,7 +330,7 @@ def resting_rotation(verts: np.ndarray, base: np.ndarray | None = None) -> np.nd
     starts = np.concatenate([[0], np.cumsum(n_edges)[:-1]])
     fallback = None
     for lo in range(0, F, 8):  # lowest facets first, in chunks: most hulls stop in the first one
-        chunk = order[lo:lo + 8]
+        chunk = order[lo : lo + 8]
         rv = np.einsum("fij,nj->fni", R[chunk], verts)
         Rz, centre = _align_yaw(rv)
         edges = np.concatenate([np.arange(starts[f], starts[f] + n_edges[f]) for f in chunk])
@@ -385,7 +386,17 @@ def _mesh_asset(data: Path, asset_id, source, category, mesh, visual_mesh, vscal
     """
     path = data / mesh
     st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns, float(vscale), upright, asset_id, source, category, visual_mesh)
+    key = (
+        str(path),
+        st.st_size,
+        st.st_mtime_ns,
+        float(vscale),
+        upright,
+        asset_id,
+        source,
+        category,
+        visual_mesh,
+    )
     a = _HULL_MEMO.get(key)
     if a is None:
         pts = _read_obj_vertices(path) * vscale
@@ -455,8 +466,15 @@ def _random_urdf_assets(data: Path) -> tuple[list[RigidAsset], list[dict]]:
         aid = f"random_urdfs/{d}"
         if not obj.is_file():
             continue
-        a = _mesh_asset(data, aid, "random_urdfs", "", f"random_urdfs/{d}/{d}.obj", f"random_urdfs/{d}/{d}.obj",
-                        RANDOM_URDF_SCALE)
+        a = _mesh_asset(
+            data,
+            aid,
+            "random_urdfs",
+            "",
+            f"random_urdfs/{d}/{d}.obj",
+            f"random_urdfs/{d}/{d}.obj",
+            RANDOM_URDF_SCALE,
+        )
         if isinstance(a, str):
             excluded.append({"asset_id": aid, "reason": a})
             continue
@@ -569,7 +587,9 @@ class _Urdf:
             L.append(f'    <axis xyz="{_v(axis)}"/>')
         if limits is not None:
             lo, hi, effort, vel = limits
-            L.append(f'    <limit lower="{_f(lo)}" upper="{_f(hi)}" effort="{_f(effort)}" velocity="{_f(vel)}"/>')
+            L.append(
+                f'    <limit lower="{_f(lo)}" upper="{_f(hi)}" effort="{_f(effort)}" velocity="{_f(vel)}"/>'
+            )
             L.append(f'    <dynamics damping="{_f(damping)}" friction="{_f(friction)}"/>')
         L.append("  </joint>")
 
@@ -691,8 +711,17 @@ def _gen_drawers(rng, category: str, name: str):
         for sy in (-1, 1):
             boxes.append(((tf + Dd / 2, sy * (Wd / 2 - tw / 2), g + hw / 2), (Dd, tw, hw), "front"))
         u.link(f"drawer_{i}", drawer_mass, boxes)
-        u.joint(f"drawer_{i}_slide", "prismatic", "carcass", f"drawer_{i}", (-D / 2, 0.0, z_i),
-                axis=(-1, 0, 0), limits=(0.0, max_open, 200.0, 1.0), damping=damping, friction=0.5)
+        u.joint(
+            f"drawer_{i}_slide",
+            "prismatic",
+            "carcass",
+            f"drawer_{i}",
+            (-D / 2, 0.0, z_i),
+            axis=(-1, 0, 0),
+            limits=(0.0, max_open, 200.0, 1.0),
+            damping=damping,
+            friction=0.5,
+        )
         u.link(f"handle_{i}", 0.03, _vertical_handle_boxes(h))
         u.joint(f"handle_{i}_fixed", "fixed", f"drawer_{i}", f"handle_{i}", (0.0, 0.0, hs / 2))
         joints.append(f"drawer_{i}_slide")
@@ -730,14 +759,32 @@ def _gen_door(rng, name: str):
         shelf.append((((0.025 - t) / 2, 0.0, zs), (D - t - 0.025, Wi, t), "carcass"))
     _carcass_common(u, rng, "carcass", D, W, H, zb, t, extra=shelf)
     dw = Wi - 2 * g
-    u.link("door", _u(rng, 0.3, 0.6, 2), [((td / 2, sgn * (g + dw / 2), Hi / 2), (td, dw, Hi - 2 * g), "front")])
-    u.joint("door_hinge", "revolute", "carcass", "door", (-D / 2, -sgn * Wi / 2, zb),
-            axis=(0, 0, sgn), limits=(0.0, upper, 50.0, 2.0), damping=_u(rng, 1.0, 5.0, 2), friction=0.5)
+    u.link(
+        "door", _u(rng, 0.3, 0.6, 2), [((td / 2, sgn * (g + dw / 2), Hi / 2), (td, dw, Hi - 2 * g), "front")]
+    )
+    u.joint(
+        "door_hinge",
+        "revolute",
+        "carcass",
+        "door",
+        (-D / 2, -sgn * Wi / 2, zb),
+        axis=(0, 0, sgn),
+        limits=(0.0, upper, 50.0, 2.0),
+        damping=_u(rng, 1.0, 5.0, 2),
+        friction=0.5,
+    )
     hy = sgn * (g + dw - 0.02 - h["len"] / 2)
     u.link("handle_0", 0.03, _handle_boxes(h))
     u.joint("handle_0_fixed", "fixed", "door", "handle_0", (0.0, hy, hz))
-    return (u.text(), "revolute", ["door_hinge"], ["handle_0"], [(0.0, upper)], [(-h["standoff"], 0.0, 0.0)],
-            (D / 2, W / 2, H / 2))
+    return (
+        u.text(),
+        "revolute",
+        ["door_hinge"],
+        ["handle_0"],
+        [(0.0, upper)],
+        [(-h["standoff"], 0.0, 0.0)],
+        (D / 2, W / 2, H / 2),
+    )
 
 
 def _gen_lid(rng, name: str):
@@ -760,15 +807,31 @@ def _gen_lid(rng, name: str):
     Li, Wl = D - 2 * t - 2 * g, W - 2 * t - 2 * g
     # lid frame on the hinge line: back inner edge, at the lid's bottom face
     u.link("lid", _u(rng, 0.2, 0.6, 2), [((-g - Li / 2, 0.0, tl / 2), (Li, Wl, tl), "front")])
-    u.joint("lid_hinge", "revolute", "carcass", "lid", (D / 2 - t, 0.0, H - tl),
-            axis=(0, 1, 0), limits=(0.0, upper, 50.0, 2.0), damping=_u(rng, 1.0, 5.0, 2), friction=0.5)
+    u.joint(
+        "lid_hinge",
+        "revolute",
+        "carcass",
+        "lid",
+        (D / 2 - t, 0.0, H - tl),
+        axis=(0, 1, 0),
+        limits=(0.0, upper, 50.0, 2.0),
+        damping=_u(rng, 1.0, 5.0, 2),
+        friction=0.5,
+    )
     # handle link frame on the lid's front edge at mid-thickness; the bar is `standoff` in front of the
     # box's front face (the lid edge sits t + g behind that face)
     h = {**h, "standoff": round(h["standoff"] + t + g, 4)}
     u.link("handle_0", 0.03, _handle_boxes(h))
     u.joint("handle_0_fixed", "fixed", "lid", "handle_0", (-(g + Li), 0.0, tl / 2))
-    return (u.text(), "revolute", ["lid_hinge"], ["handle_0"], [(0.0, upper)], [(-h["standoff"], 0.0, 0.0)],
-            (D / 2, W / 2, H / 2))
+    return (
+        u.text(),
+        "revolute",
+        ["lid_hinge"],
+        ["handle_0"],
+        [(0.0, upper)],
+        [(-h["standoff"], 0.0, 0.0)],
+        (D / 2, W / 2, H / 2),
+    )
 
 
 def _articulated_assets(rng: np.random.Generator) -> tuple[list[ArticulatedAsset], dict[str, str]]:
@@ -786,18 +849,20 @@ def _articulated_assets(rng: np.random.Generator) -> tuple[list[ArticulatedAsset
             text, jtype, joints, handles, limits, local, foot = res
             rel = f"assets/articulated/{name}.urdf"
             urdfs[rel] = text
-            assets.append(ArticulatedAsset(
-                asset_id=f"articulated/{name}",
-                category=cat,
-                urdf=rel,
-                joint_type=jtype,
-                n_movable=len(joints),
-                movable_joints=tuple(joints),
-                handle_links=tuple(handles),
-                joint_limits=tuple((_r(lo), _r(hi)) for lo, hi in limits),
-                handle_local=tuple(tuple(_r(c) for c in v) for v in local),
-                footprint=tuple(_r(x) for x in foot),
-            ))
+            assets.append(
+                ArticulatedAsset(
+                    asset_id=f"articulated/{name}",
+                    category=cat,
+                    urdf=rel,
+                    joint_type=jtype,
+                    n_movable=len(joints),
+                    movable_joints=tuple(joints),
+                    handle_links=tuple(handles),
+                    joint_limits=tuple((_r(lo), _r(hi)) for lo, hi in limits),
+                    handle_local=tuple(tuple(_r(c) for c in v) for v in local),
+                    footprint=tuple(_r(x) for x in foot),
+                )
+            )
     return assets, urdfs
 
 
@@ -824,11 +889,11 @@ def _catalog_text(cat: Catalog, seed: int, excluded: list[dict]) -> str:
     dumps = lambda o: json.dumps(o, sort_keys=True, separators=(",", ":"), allow_nan=False)  # noqa: E731
     lines = [
         "{",
-        f'"articulated":[',
+        '"articulated":[',
         ",\n".join(dumps(_to_json(a)) for a in cat.articulated),
         "],",
         f'"excluded":{dumps(excluded)},',
-        f'"rigid":[',
+        '"rigid":[',
         ",\n".join(dumps(_to_json(a)) for a in cat.rigid),
         "],",
         f'"schema":{CATALOG_SCHEMA},',
@@ -886,7 +951,9 @@ def _num(x) -> bool:
 
 def _vec(aid, fname, v, n=None, positive=False, nonneg=False) -> tuple:
     if not isinstance(v, list) or (n is not None and len(v) != n) or not all(_num(x) for x in v):
-        raise _err(aid, fname, f"expected a list of {n if n is not None else 'some'} finite numbers, got {v!r}")
+        raise _err(
+            aid, fname, f"expected a list of {n if n is not None else 'some'} finite numbers, got {v!r}"
+        )
     if positive and not all(x > 0 for x in v):
         raise _err(aid, fname, f"values must be > 0, got {v!r}")
     if nonneg and not all(x >= 0 for x in v):
@@ -922,7 +989,9 @@ def _parse_rigid(d) -> RigidAsset:
     shape = d["shape"]
     if shape not in SHAPES:
         raise _err(aid, "shape", f"unknown shape {shape!r}")
-    dims = _vec(aid, "dims", d["dims"], {"hull": 0, "box": 3, "cylinder": 2, "sphere": 1}[shape], positive=True)
+    dims = _vec(
+        aid, "dims", d["dims"], {"hull": 0, "box": 3, "cylinder": 2, "sphere": 1}[shape], positive=True
+    )
     half = _vec(aid, "half_extents", d["half_extents"], 3, positive=True)
     hv = d["hull_vertices"]
     if not isinstance(hv, list):
@@ -989,8 +1058,9 @@ def _parse_articulated(d, data_dir: Path) -> ArticulatedAsset:
         raise _err(aid, "handle_local", f"expected {n} points")
     local = tuple(_vec(aid, "handle_local", x, 3) for x in hl)
     foot = _vec(aid, "footprint", d["footprint"], 3, positive=True)
-    return ArticulatedAsset(aid, d["category"], urdf, jt, n, names["movable_joints"], names["handle_links"],
-                            limits, local, foot)
+    return ArticulatedAsset(
+        aid, d["category"], urdf, jt, n, names["movable_joints"], names["handle_links"], limits, local, foot
+    )
 
 
 def load_catalog(data_dir: Path) -> Catalog:
@@ -1045,8 +1115,9 @@ def _collision_shape(client: int, a: RigidAsset, scale: float) -> int:
     elif a.shape == "box":
         sid = p.createCollisionShape(p.GEOM_BOX, halfExtents=[d * s for d in a.dims], physicsClientId=client)
     elif a.shape == "cylinder":
-        sid = p.createCollisionShape(p.GEOM_CYLINDER, radius=a.dims[0] * s, height=a.dims[1] * s,
-                                     physicsClientId=client)
+        sid = p.createCollisionShape(
+            p.GEOM_CYLINDER, radius=a.dims[0] * s, height=a.dims[1] * s, physicsClientId=client
+        )
     elif a.shape == "sphere":
         sid = p.createCollisionShape(p.GEOM_SPHERE, radius=a.dims[0] * s, physicsClientId=client)
     else:
@@ -1065,14 +1136,20 @@ def _visual_shape(client: int, a: RigidAsset, scale: float) -> int:
     s = float(scale)
     if a.visual_mesh is not None:
         path = str(Path(pybullet_data.getDataPath()) / a.visual_mesh)
-        vid = p.createVisualShape(p.GEOM_MESH, fileName=path, meshScale=[a.visual_mesh_scale * s] * 3,
-                                  visualFramePosition=[o * s for o in a.visual_offset],
-                                  visualFrameOrientation=list(a.visual_orientation), physicsClientId=client)
+        vid = p.createVisualShape(
+            p.GEOM_MESH,
+            fileName=path,
+            meshScale=[a.visual_mesh_scale * s] * 3,
+            visualFramePosition=[o * s for o in a.visual_offset],
+            visualFrameOrientation=list(a.visual_orientation),
+            physicsClientId=client,
+        )
     elif a.shape == "box":
         vid = p.createVisualShape(p.GEOM_BOX, halfExtents=[d * s for d in a.dims], physicsClientId=client)
     elif a.shape == "cylinder":
-        vid = p.createVisualShape(p.GEOM_CYLINDER, radius=a.dims[0] * s, length=a.dims[1] * s,
-                                  physicsClientId=client)
+        vid = p.createVisualShape(
+            p.GEOM_CYLINDER, radius=a.dims[0] * s, length=a.dims[1] * s, physicsClientId=client
+        )
     elif a.shape == "sphere":
         vid = p.createVisualShape(p.GEOM_SPHERE, radius=a.dims[0] * s, physicsClientId=client)
     else:  # hull without a mesh: render the hull itself
@@ -1084,9 +1161,20 @@ def _visual_shape(client: int, a: RigidAsset, scale: float) -> int:
     return vid
 
 
-def spawn_rigid(client: int, asset: RigidAsset, *, position, orientation, scale: float, mass: float,
-                friction: float, rgba, visual: bool, rolling_friction: float = ROLLING_FRICTION,
-                spinning_friction: float = SPINNING_FRICTION) -> int:
+def spawn_rigid(
+    client: int,
+    asset: RigidAsset,
+    *,
+    position,
+    orientation,
+    scale: float,
+    mass: float,
+    friction: float,
+    rgba,
+    visual: bool,
+    rolling_friction: float = ROLLING_FRICTION,
+    spinning_friction: float = SPINNING_FRICTION,
+) -> int:
     """Create `asset` as a single-link multibody; geometry multiplied by `scale`. Returns the body id.
 
     `position` is the object frame's origin (its AABB centre; it rests on a surface at height
@@ -1106,25 +1194,44 @@ def spawn_rigid(client: int, asset: RigidAsset, *, position, orientation, scale:
     col = _collision_shape(client, asset, scale)
     vis = _visual_shape(client, asset, scale) if visual else -1
     try:
-        body = p.createMultiBody(baseMass=float(mass), baseCollisionShapeIndex=col, baseVisualShapeIndex=vis,
-                                 basePosition=list(position), baseOrientation=orn, physicsClientId=client)
+        body = p.createMultiBody(
+            baseMass=float(mass),
+            baseCollisionShapeIndex=col,
+            baseVisualShapeIndex=vis,
+            basePosition=list(position),
+            baseOrientation=orn,
+            physicsClientId=client,
+        )
     except p.error:
         body = -1
     if body < 0:  # stale cache (e.g. after resetSimulation): rebuild the shapes once
         clear_caches(client)
         col = _collision_shape(client, asset, scale)
         vis = _visual_shape(client, asset, scale) if visual else -1
-        body = p.createMultiBody(baseMass=float(mass), baseCollisionShapeIndex=col, baseVisualShapeIndex=vis,
-                                 basePosition=list(position), baseOrientation=orn, physicsClientId=client)
-    p.changeDynamics(body, -1, lateralFriction=float(friction), rollingFriction=float(rolling_friction),
-                     spinningFriction=float(spinning_friction), physicsClientId=client)
+        body = p.createMultiBody(
+            baseMass=float(mass),
+            baseCollisionShapeIndex=col,
+            baseVisualShapeIndex=vis,
+            basePosition=list(position),
+            baseOrientation=orn,
+            physicsClientId=client,
+        )
+    p.changeDynamics(
+        body,
+        -1,
+        lateralFriction=float(friction),
+        rollingFriction=float(rolling_friction),
+        spinningFriction=float(spinning_friction),
+        physicsClientId=client,
+    )
     if visual and rgba is not None:
         p.changeVisualShape(body, -1, rgbaColor=list(rgba), physicsClientId=client)
     return body
 
 
-def spawn_articulated(client: int, asset: ArticulatedAsset, data_dir: Path, *, position, yaw: float,
-                      scale: float, rgba=None) -> int:
+def spawn_articulated(
+    client: int, asset: ArticulatedAsset, data_dir: Path, *, position, yaw: float, scale: float, rgba=None
+) -> int:
     """Load the asset's URDF with a fixed base at `position` (carcass bottom centre) rotated by `yaw`.
 
     Each movable joint's default motor is replaced by a velocity motor with target 0 whose maximum
@@ -1136,15 +1243,21 @@ def spawn_articulated(client: int, asset: ArticulatedAsset, data_dir: Path, *, p
     path = Path(data_dir) / asset.urdf
     if not path.is_file():
         raise FileNotFoundError(f"{asset.asset_id}: {path} not found")
-    body = p.loadURDF(str(path), basePosition=list(position),
-                      baseOrientation=p.getQuaternionFromEuler([0.0, 0.0, float(yaw)]),
-                      useFixedBase=True, globalScaling=float(scale), flags=p.URDF_USE_INERTIA_FROM_FILE,
-                      physicsClientId=client)
+    body = p.loadURDF(
+        str(path),
+        basePosition=list(position),
+        baseOrientation=p.getQuaternionFromEuler([0.0, 0.0, float(yaw)]),
+        useFixedBase=True,
+        globalScaling=float(scale),
+        flags=p.URDF_USE_INERTIA_FROM_FILE,
+        physicsClientId=client,
+    )
     for j in range(p.getNumJoints(body, physicsClientId=client)):
         info = p.getJointInfo(body, j, physicsClientId=client)
         if info[2] in (p.JOINT_PRISMATIC, p.JOINT_REVOLUTE):
-            p.setJointMotorControl2(body, j, p.VELOCITY_CONTROL, targetVelocity=0.0, force=float(info[7]),
-                                    physicsClientId=client)
+            p.setJointMotorControl2(
+                body, j, p.VELOCITY_CONTROL, targetVelocity=0.0, force=float(info[7]), physicsClientId=client
+            )
         if rgba is not None and not info[12].decode().startswith("handle"):
             p.changeVisualShape(body, j, rgbaColor=list(rgba), physicsClientId=client)
     if rgba is not None:

@@ -726,8 +726,10 @@ class RayExecutor(_ExecutorBase):
                                 # The actor's __init__ raised although it catches the
                                 # initializer's exceptions: its arguments could not be
                                 # unpickled there (module not importable on the workers).
+                                detail = _ANSI_ESCAPE.sub("", str(exc)).strip()
                                 raise WorkerInitError(
-                                    f"Ray actor could not be created: {_ray_error_text(exc)}"
+                                    "Ray actor could not be created (is the module of `fn`/`initializer` "
+                                    f"importable on the Ray workers?): {detail}"
                                 ) from exc
                             init_failed(slot, _first_line(exc))
                             continue

@@ -127,7 +127,9 @@ def run_episode(world: World, scene: SceneSpec, policy: Policy, *, max_chunks: i
     success_step = 0 if family.success(state, ctx) else None
     for _ in range(0 if success_step == 0 and stop_on_success else max_chunks):
         chunk_starts.append(len(actions))
-        chunk = np.asarray(policy.act(Observation(obs[-1], scene.task.instruction, state)), dtype=np.float64)
+        images = world.cameras() if world.render else None
+        chunk = np.asarray(policy.act(Observation(obs[-1], scene.task.instruction, state, images)),
+                           dtype=np.float64)
         if chunk.ndim != 2 or chunk.shape[1] != 7:
             raise ValueError(f"policy returned a chunk of shape {chunk.shape}; expected (h, 7)")
         for a in chunk:

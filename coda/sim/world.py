@@ -27,12 +27,15 @@ EE_LINK = 11
 HOME_Q = (0.0, -0.3, 0.0, -2.2, 0.0, 1.9, 0.785)
 ARM_FORCES = [87.0] * 4 + [12.0] * 3
 FINGER_FORCE = 40.0
+ROUND_FRICTION = 0.001  # rolling and spinning friction of spheres and balls
 GRIP_OPEN = 0.04  # per finger (total opening 8 cm)
 ACTION_SCALE = np.array([0.04, 0.04, 0.04, 0.25, 0.25, 0.25, 1.0])
 WORKSPACE_LO = np.array([0.15, -0.55, 0.005])
 WORKSPACE_HI = np.array([0.85, 0.55, 0.55])
 MAX_LEAD = 0.1  # target may lead the measured end effector by at most this much (no wind-up)
 DOWN_QUAT = p.getQuaternionFromEuler([np.pi, 0.0, 0.0])
+# (eye, target): over the robot's left shoulder, and from the right side
+CAMERAS = (((0.05, 0.5, 0.7), (0.55, 0.0, 0.05)), ((0.55, -0.85, 0.55), (0.5, 0.0, 0.05)))
 OBS_DIM = 50  # 15 proprio + 3 role slots x 9 + 4 goal + 4 family one-hot
 N_ROLE_SLOTS = 3
 
@@ -61,6 +64,8 @@ class World:
         physics_hz: int = 240,
         control_hz: int = 10,
         render: bool = False,
+        image_size: int = 224,
+        lowpoly: bool = True,
         ik_iterations: int = 100,
         ik_threshold: float = 1e-4,
     ) -> None:
@@ -69,15 +74,19 @@ class World:
         self.data_dir = Path(data_dir)
         self.substeps = physics_hz // control_hz
         self.render = render
+        self.image_size = image_size
         self.ik_iterations = ik_iterations
         self.ik_threshold = ik_threshold
         self.client = p.connect(p.DIRECT)
         c = self.client
         p.setTimeStep(1.0 / physics_hz, physicsClientId=c)
         p.setGravity(0, 0, -9.81, physicsClientId=c)
+        # sort contact pairs so that a scene simulates identically whatever was loaded and removed before it
+        p.setPhysicsEngineParameter(deterministicOverlappingPairs=1, physicsClientId=c)
         p.setAdditionalSearchPath(pybullet_data.getDataPath(), physicsClientId=c)
         self.plane = p.loadURDF("plane.urdf", physicsClientId=c)
-        self.robot = p.loadURDF("franka_panda/panda.urdf", useFixedBase=True, physicsClientId=c)
+        urdf = _lowpoly_panda_urdf() if (render and lowpoly) else "franka_panda/panda.urdf"
+        self.robot = p.loadURDF(urdf, useFixedBase=True, physicsClientId=c)
         for j in FINGER_JOINTS:
             p.changeDynamics(self.robot, j, lateralFriction=1.5, spinningFriction=0.5, physicsClientId=c)
         # couple the fingers like the real Panda's mimic joint; independent force-limited fingers let a
@@ -168,6 +177,9 @@ class World:
         uid = assets.spawn_rigid(
             c, asset, position=(pose.x, pose.y, half[2] + 0.002), orientation=quat, scale=obj.scale,
             mass=obj.mass, friction=obj.friction, rgba=obj.rgba, visual=self.render,
+            # rolling/spinning friction makes stepping 2-3x slower; only round objects need it to come to rest
+            rolling_friction=ROUND_FRICTION if asset.shape == "sphere" or asset.category == "ball" else 0.0,
+            spinning_friction=ROUND_FRICTION if asset.shape == "sphere" or asset.category == "ball" else 0.0,
         )
         return Body(uid, half)
 
@@ -278,6 +290,19 @@ class World:
             "handle_pos": np.array(handle_pos, dtype=np.float64).reshape(-1, 3),
         }
 
+    def cameras(self) -> np.ndarray:
+        """Two RGB views (front and side) of the workspace: (2, H, W, 3) uint8, TinyRenderer (CPU)."""
+        if not self.render:
+            raise RuntimeError("World(render=True) is needed for camera images")
+        out = []
+        for eye, target in CAMERAS:
+            view = p.computeViewMatrix(eye, target, [0, 0, 1], physicsClientId=self.client)
+            proj = p.computeProjectionMatrixFOV(55, 1.0, 0.05, 3.0, physicsClientId=self.client)
+            _, _, rgba, _, _ = p.getCameraImage(self.image_size, self.image_size, view, proj,
+                                                renderer=p.ER_TINY_RENDERER, physicsClientId=self.client)
+            out.append(np.asarray(rgba, dtype=np.uint8).reshape(self.image_size, self.image_size, 4)[..., :3])
+        return np.stack(out)
+
     def collision_pairs(self) -> list[tuple[int, int, float]]:
         """Object-object and object-robot penetrations: (i, j, depth) with j = -1 for the robot."""
         c = self.client
@@ -290,3 +315,28 @@ class World:
             for ct in p.getContactPoints(b.uid, self.robot, physicsClientId=c):
                 out.append((i, -1, -ct[8]))
         return out
+
+
+def world_kwargs(cfg) -> dict:
+    """World settings of a loaded `coda.config.Config` (what executors pass to their workers)."""
+    return {
+        "physics_hz": cfg.sim.physics_hz, "control_hz": cfg.sim.control_hz, "render": cfg.sim.obs == "rgb",
+        "image_size": cfg.sim.image_size, "ik_iterations": cfg.planner.ik_iterations,
+        "ik_threshold": cfg.planner.ik_threshold,
+    }
+
+
+def _lowpoly_panda_urdf() -> str:
+    """A copy of pybullet_data's Panda whose visuals are its collision meshes (~4x faster to render)."""
+    import os
+    import tempfile
+
+    src = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
+    out = Path(tempfile.gettempdir()) / f"coda_panda_lowpoly_{os.getuid()}.urdf"
+    if not out.exists():
+        text = src.read_text().replace("package://meshes/visual/", "package://meshes/collision/")
+        text = text.replace("package://meshes/", str(src.parent / "meshes") + "/")
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, out)
+    return str(out)
