@@ -64,10 +64,22 @@ def main() -> None:
             world.load(scene)
             t0 = time.perf_counter()
             for q, width in log:
-                p.setJointMotorControlArray(robot, ARM_JOINTS, p.POSITION_CONTROL, targetPositions=q,
-                                            forces=ARM_FORCES, physicsClientId=c)
-                p.setJointMotorControlArray(robot, FINGER_JOINTS, p.POSITION_CONTROL, targetPositions=[width] * 2,
-                                            forces=[FINGER_FORCE] * 2, physicsClientId=c)
+                p.setJointMotorControlArray(
+                    robot,
+                    ARM_JOINTS,
+                    p.POSITION_CONTROL,
+                    targetPositions=q,
+                    forces=ARM_FORCES,
+                    physicsClientId=c,
+                )
+                p.setJointMotorControlArray(
+                    robot,
+                    FINGER_JOINTS,
+                    p.POSITION_CONTROL,
+                    targetPositions=[width] * 2,
+                    forces=[FINGER_FORCE] * 2,
+                    physicsClientId=c,
+                )
                 for _ in range(world.substeps):
                     p.stepSimulation(physicsClientId=c)
             raw_s += time.perf_counter() - t0
@@ -77,7 +89,9 @@ def main() -> None:
     jobs = [(s.family, s.to_json()) for s in scenes] * args.repeats
     rates = {}
     for workers in (1, 2):
-        ex = make_executor("local", workers, timeout_s=120.0, initializer=data._init_worker, initargs=(str(root),))
+        ex = make_executor(
+            "local", workers, timeout_s=120.0, initializer=data._init_worker, initargs=(str(root),)
+        )
         ex.map(_planner_job, jobs[: 2 * workers])  # warm up: start the workers, import, load the catalog
         t0 = time.perf_counter()
         results = ex.map(_planner_job, jobs)
@@ -89,10 +103,14 @@ def main() -> None:
     engine = eng_steps / eng_s
     idle = idle_steps / idle_s
     out = {
-        "scenes": len(scenes), "episodes": len(jobs),
-        "raw_steps_per_s": round(raw, 1), "idle_steps_per_s": round(idle, 1), "engine_steps_per_s": round(engine, 1),
+        "scenes": len(scenes),
+        "episodes": len(jobs),
+        "raw_steps_per_s": round(raw, 1),
+        "idle_steps_per_s": round(idle, 1),
+        "engine_steps_per_s": round(engine, 1),
         "engine_ratio": round(engine / raw, 3),
-        "episodes_per_s_1": round(rates[1], 3), "episodes_per_s_2": round(rates[2], 3),
+        "episodes_per_s_1": round(rates[1], 3),
+        "episodes_per_s_2": round(rates[2], 3),
         "scaling_2": round(rates[2] / rates[1], 3),
         "median_episode_s": round(float(np.median(episode_s)), 4),
         "median_load_s": round(float(np.median(load_s)), 4),

@@ -30,8 +30,13 @@ def _planner_job(args: tuple[str, str]) -> dict[str, Any]:
     spec = SceneSpec.from_json(args[1])
     t0 = time.perf_counter()
     rec = plan_episode(data._WORLD, spec)
-    return {"family": args[0], "success": rec.success, "episode_s": rec.wall_s,
-            "load_s": time.perf_counter() - t0 - rec.wall_s, "steps": rec.steps}
+    return {
+        "family": args[0],
+        "success": rec.success,
+        "episode_s": rec.wall_s,
+        "load_s": time.perf_counter() - t0 - rec.wall_s,
+        "steps": rec.steps,
+    }
 
 
 def _validity_job(args: tuple[str, str, int, int]) -> dict[str, Any]:
@@ -51,13 +56,20 @@ def _executor(cfg, data_dir: Path, workers: int | None):
     from coda.sim.executor import make_executor
     from coda.sim.world import world_kwargs
 
-    return make_executor(cfg.sim.backend if cfg else "local", workers or (cfg.sim.workers if cfg else 2),
-                         timeout_s=cfg.sim.episode_timeout_s if cfg else 60.0, retries=cfg.sim.retries if cfg else 1,
-                         ray_address=cfg.sim.ray_address if cfg else None, initializer=data._init_worker,
-                         initargs=(str(data_dir), world_kwargs(cfg) if cfg else None))
+    return make_executor(
+        cfg.sim.backend if cfg else "local",
+        workers or (cfg.sim.workers if cfg else 2),
+        timeout_s=cfg.sim.episode_timeout_s if cfg else 60.0,
+        retries=cfg.sim.retries if cfg else 1,
+        ray_address=cfg.sim.ray_address if cfg else None,
+        initializer=data._init_worker,
+        initargs=(str(data_dir), world_kwargs(cfg) if cfg else None),
+    )
 
 
-def planner_check(data_dir: Path, families: list[str], n: int, workers: int | None = None, cfg=None) -> list[dict]:
+def planner_check(
+    data_dir: Path, families: list[str], n: int, workers: int | None = None, cfg=None
+) -> list[dict]:
     from coda import data
 
     jobs = [(f, s.to_json()) for f in families for s in data.seed_scenes(data_dir, f, n)]
@@ -70,17 +82,24 @@ def planner_check(data_dir: Path, families: list[str], n: int, workers: int | No
     for f in families:
         rows = [r.value for (fam, _), r in zip(jobs, results, strict=True) if fam == f and r.ok]
         failed = sum(1 for (fam, _), r in zip(jobs, results, strict=True) if fam == f and not r.ok)
-        out.append({
-            "family": f, "n": len(rows) + failed,
-            "success_rate": round(sum(r["success"] for r in rows) / max(len(rows) + failed, 1), 4),
-            "median_episode_s": round(float(np.median([r["episode_s"] for r in rows])), 4) if rows else None,
-            "median_load_s": round(float(np.median([r["load_s"] for r in rows])), 4) if rows else None,
-            "worker_failures": failed,
-        })
+        out.append(
+            {
+                "family": f,
+                "n": len(rows) + failed,
+                "success_rate": round(sum(r["success"] for r in rows) / max(len(rows) + failed, 1), 4),
+                "median_episode_s": round(float(np.median([r["episode_s"] for r in rows])), 4)
+                if rows
+                else None,
+                "median_load_s": round(float(np.median([r["load_s"] for r in rows])), 4) if rows else None,
+                "worker_failures": failed,
+            }
+        )
     return out
 
 
-def validity_counts(data_dir: Path, family: str, n: int, split: str, seed: int, workers: int | None, cfg=None):
+def validity_counts(
+    data_dir: Path, family: str, n: int, split: str, seed: int, workers: int | None, cfg=None
+):
     jobs = [(family, split, 10_000 + i, seed) for i in range(n)]
     ex = _executor(cfg, data_dir, workers)
     try:
@@ -115,8 +134,10 @@ def data_ensure(data_dir: Path, dvc_file: Path, cfg) -> str:
     manifest = data.build(data_dir, seed=cfg.seed, workers=cfg.sim.workers, backend=cfg.sim.backend)
     got = data.dvc_dir_md5(data_dir)
     if got != want:
-        raise UserError(f"rebuilt {data_dir} hashes to {got}, but {dvc_file} records {want}; "
-                        f"the build is not reproducible on this machine (stats: {manifest['stats']})")
+        raise UserError(
+            f"rebuilt {data_dir} hashes to {got}, but {dvc_file} records {want}; "
+            f"the build is not reproducible on this machine (stats: {manifest['stats']})"
+        )
     subprocess.run(["dvc", "commit", "-q", "-f", str(dvc_file)], capture_output=True)
     return f"rebuilt {data_dir}; hash matches {dvc_file} ({want})"
 
@@ -177,7 +198,9 @@ def _families(arg: str) -> list[str]:
 
 def _need_data(path: Path) -> None:
     if not (path / "manifest.json").exists():
-        raise UserError(f"{path}: no built data here; run `coda data ensure` (or `coda data build --out {path}`)")
+        raise UserError(
+            f"{path}: no built data here; run `coda data ensure` (or `coda data build --out {path}`)"
+        )
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -191,24 +214,40 @@ def run(argv: list[str] | None = None) -> int:
         if args.data_cmd == "ranges":
             print(data.render_markdown())
         elif args.data_cmd == "build":
-            m = data.build(Path(args.out), seed=cfg.seed, n_seed_layouts=args.n_seeds or data.N_SEED_LAYOUTS,
-                           suite_size=args.suite_size or data.SUITE_SIZE,
-                           families=tuple(args.families or data.FAMILIES), workers=args.workers or cfg.sim.workers,
-                           backend=cfg.sim.backend)
-            print(json.dumps({"counts": m["counts"], "stats": m["stats"], "dvc_md5": data.dvc_dir_md5(Path(args.out))}))
+            m = data.build(
+                Path(args.out),
+                seed=cfg.seed,
+                n_seed_layouts=args.n_seeds or data.N_SEED_LAYOUTS,
+                suite_size=args.suite_size or data.SUITE_SIZE,
+                families=tuple(args.families or data.FAMILIES),
+                workers=args.workers or cfg.sim.workers,
+                backend=cfg.sim.backend,
+            )
+            print(
+                json.dumps(
+                    {"counts": m["counts"], "stats": m["stats"], "dvc_md5": data.dvc_dir_md5(Path(args.out))}
+                )
+            )
         else:
             print(data_ensure(Path(args.out), Path(args.dvc_file), cfg))
     elif args.cmd == "planner-check":
         _need_data(Path(args.data))
-        rows = planner_check(Path(args.data), _families(args.family), args.n or cfg.planner.n_check, args.workers, cfg)
+        rows = planner_check(
+            Path(args.data), _families(args.family), args.n or cfg.planner.n_check, args.workers, cfg
+        )
         out = rows[0] if len(rows) == 1 else {"families": rows}
         if args.out:  # keyed by family so that `dvc metrics show` can read it
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             keyed = {r["family"]: {k: v for k, v in r.items() if k != "family"} for r in rows}
             Path(args.out).write_text(json.dumps(keyed, indent=1) + "\n")
-        print(json.dumps(out) if args.json else "\n".join(
-            f"{r['family']:>10}: {r['success_rate'] * 100:5.1f}% of {r['n']}, median {r['median_episode_s']} s"
-            for r in rows))
+        print(
+            json.dumps(out)
+            if args.json
+            else "\n".join(
+                f"{r['family']:>10}: {r['success_rate'] * 100:5.1f}% of {r['n']}, median {r['median_episode_s']} s"
+                for r in rows
+            )
+        )
     elif args.cmd == "scenes":
         _need_data(Path(args.data))
         (family,) = _families(args.family)

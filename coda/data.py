@@ -67,9 +67,16 @@ def build_scene(job: SceneJob) -> dict[str, Any]:
         spec = family.sample(rng, _WORLD.catalog, job.split)
         report, demo = certify_scene(_WORLD, spec, rng, plan=job.certify)
         if report.scene is not None and (demo is None or demo.success):
-            return {"spec": report.scene.to_dict(), "hash": report.scene.hash, "status": report.status,
-                    "repairs": report.repairs, "rejected_before": rejected, "attempt": attempt,
-                    "planner_steps": None if demo is None else demo.steps, "trace": report.trace}
+            return {
+                "spec": report.scene.to_dict(),
+                "hash": report.scene.hash,
+                "status": report.status,
+                "repairs": report.repairs,
+                "rejected_before": rejected,
+                "attempt": attempt,
+                "planner_steps": None if demo is None else demo.steps,
+                "trace": report.trace,
+            }
         rejected += 1
     return {"spec": None, "hash": None, "status": "rejected", "rejected_before": rejected, "trace": []}
 
@@ -103,8 +110,16 @@ def suite_scenes(data_dir: Path, family: str, suite: str, limit: int | None = No
     return read_scenes(Path(data_dir) / "suites" / family / f"{suite}.jsonl", limit)
 
 
-def build(out: Path, *, seed: int = 0, n_seed_layouts: int = N_SEED_LAYOUTS, suite_size: int = SUITE_SIZE,
-          families: tuple[str, ...] = FAMILIES, workers: int = 2, backend: str = "local") -> dict[str, Any]:
+def build(
+    out: Path,
+    *,
+    seed: int = 0,
+    n_seed_layouts: int = N_SEED_LAYOUTS,
+    suite_size: int = SUITE_SIZE,
+    families: tuple[str, ...] = FAMILIES,
+    workers: int = 2,
+    backend: str = "local",
+) -> dict[str, Any]:
     """Build `out/` (assets, seeds, suites, manifest). Written to a temporary folder, then renamed."""
     from coda.sim.assets import build_assets
     from coda.sim.executor import make_executor
@@ -115,11 +130,14 @@ def build(out: Path, *, seed: int = 0, n_seed_layouts: int = N_SEED_LAYOUTS, sui
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
     build_assets(tmp, seed=seed)
-    per_family = [n_seed_layouts // len(families) + (i < n_seed_layouts % len(families)) for i in range(len(families))]
+    per_family = [
+        n_seed_layouts // len(families) + (i < n_seed_layouts % len(families)) for i in range(len(families))
+    ]
     jobs = [SceneJob(f, "seed", i, seed) for f, n in zip(families, per_family, strict=True) for i in range(n)]
     jobs += [SceneJob(f, s, i, seed) for f in families for s in SUITES for i in range(suite_size)]
-    ex = make_executor(backend, workers, timeout_s=120.0, retries=1, initializer=_init_worker,
-                       initargs=(str(tmp),))
+    ex = make_executor(
+        backend, workers, timeout_s=120.0, retries=1, initializer=_init_worker, initargs=(str(tmp),)
+    )
     try:
         results = ex.map(build_scene, jobs, desc="building scenes")
     finally:
@@ -145,8 +163,12 @@ def build(out: Path, *, seed: int = 0, n_seed_layouts: int = N_SEED_LAYOUTS, sui
             _write_jsonl(tmp / "suites" / family / f"{split}.jsonl", rs)
     (tmp / "RANGES.md").write_text(render_markdown())
     manifest = {
-        "seed": seed, "n_seed_layouts": n_seed_layouts, "suite_size": suite_size, "families": list(families),
-        "counts": {f"{f}/{s}": len(rs) for (f, s), rs in sorted(rows.items())}, "stats": dict(sorted(stats.items())),
+        "seed": seed,
+        "n_seed_layouts": n_seed_layouts,
+        "suite_size": suite_size,
+        "families": list(families),
+        "counts": {f"{f}/{s}": len(rs) for (f, s), rs in sorted(rows.items())},
+        "stats": dict(sorted(stats.items())),
         "files": _file_hashes(tmp),
     }
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
@@ -159,7 +181,8 @@ def build(out: Path, *, seed: int = 0, n_seed_layouts: int = N_SEED_LAYOUTS, sui
 def _file_hashes(root: Path) -> dict[str, str]:
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*")) if p.is_file() and p.name != "manifest.json"
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
     }
 
 
@@ -167,6 +190,7 @@ def dvc_dir_md5(root: Path) -> str:
     """The directory hash DVC records for `root` in a .dvc file (md5 of its sorted file listing)."""
     entries = [
         {"md5": hashlib.md5(p.read_bytes()).hexdigest(), "relpath": p.relative_to(root).as_posix()}
-        for p in sorted(Path(root).rglob("*"), key=lambda q: q.relative_to(root).as_posix()) if p.is_file()
+        for p in sorted(Path(root).rglob("*"), key=lambda q: q.relative_to(root).as_posix())
+        if p.is_file()
     ]
     return hashlib.md5(json.dumps(entries, sort_keys=True).encode()).hexdigest() + ".dir"

@@ -14,8 +14,20 @@ def _run(*args, cwd=ROOT):
 
 
 def test_planner_check_json(small_data):
-    r = _run("--profile", "smoke", "planner-check", "--family", "push", "--n", "2", "--json", "--data",
-             str(small_data), "--workers", "1")
+    r = _run(
+        "--profile",
+        "smoke",
+        "planner-check",
+        "--family",
+        "push",
+        "--n",
+        "2",
+        "--json",
+        "--data",
+        str(small_data),
+        "--workers",
+        "1",
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert set(out) >= {"family", "n", "success_rate", "median_episode_s"}
@@ -23,8 +35,21 @@ def test_planner_check_json(small_data):
 
 
 def test_scenes_validity_counts(small_data):
-    r = _run("--profile", "smoke", "scenes", "--family", "pick_place", "--n", "3", "--validity", "--json",
-             "--data", str(small_data), "--workers", "1")
+    r = _run(
+        "--profile",
+        "smoke",
+        "scenes",
+        "--family",
+        "pick_place",
+        "--n",
+        "3",
+        "--validity",
+        "--json",
+        "--data",
+        str(small_data),
+        "--workers",
+        "1",
+    )
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["pass"] + out["repaired"] + out["rejected"] == 3
@@ -33,8 +58,10 @@ def test_scenes_validity_counts(small_data):
 def test_unknown_family_is_a_one_line_error(small_data):
     r = _run("planner-check", "--family", "juggle", "--data", str(small_data))
     assert r.returncode == 2
-    assert r.stderr.strip() == "error: --family: unknown family 'juggle'; expected one of pick_place, stack, " \
-                               "drawer, push or all"
+    assert (
+        r.stderr.strip() == "error: --family: unknown family 'juggle'; expected one of pick_place, stack, "
+        "drawer, push or all"
+    )
 
 
 def test_bad_params_is_a_one_line_error(tmp_path):

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+
 from coda import data
 from coda.sim.families import REGISTRY
 from coda.sim.families.base import is_heldout_instance
@@ -89,12 +90,24 @@ def test_heldout_suites_never_overlap_training(small_data, catalog):
 def test_seed_distribution_is_narrower_than_generator_and_excludes_layout_suite(small_data, catalog):
     rng = np.random.default_rng(1)
     fam = REGISTRY["pick_place"]
-    seed = np.array([[s.spatial.poses[0].x, s.spatial.poses[0].y] for s in
-                     [fam.sample(rng, catalog, "seed") for _ in range(200)]])
-    gen = np.array([[s.spatial.poses[0].x, s.spatial.poses[0].y] for s in
-                    [fam.sample(rng, catalog, "generator") for _ in range(200)]])
-    lay = np.array([[s.spatial.poses[0].x, s.spatial.poses[0].y] for s in
-                    [fam.sample(rng, catalog, "layouts") for _ in range(100)]])
+    seed = np.array(
+        [
+            [s.spatial.poses[0].x, s.spatial.poses[0].y]
+            for s in [fam.sample(rng, catalog, "seed") for _ in range(200)]
+        ]
+    )
+    gen = np.array(
+        [
+            [s.spatial.poses[0].x, s.spatial.poses[0].y]
+            for s in [fam.sample(rng, catalog, "generator") for _ in range(200)]
+        ]
+    )
+    lay = np.array(
+        [
+            [s.spatial.poses[0].x, s.spatial.poses[0].y]
+            for s in [fam.sample(rng, catalog, "layouts") for _ in range(100)]
+        ]
+    )
     assert np.ptp(gen, axis=0).min() > 2 * np.ptp(seed, axis=0).max()
     # every held-out layout lies outside the seed box and inside the generator's reach
     lo, hi = seed.min(axis=0), seed.max(axis=0)

@@ -33,7 +33,9 @@ def test_planted_unstable_scene_is_caught(small_data, world):
     c = scene.spatial.poses[scene.role("container")]
     from coda.sim.fixtures import BIN_INNER
 
-    planted = scene.replace_pose(scene.role("target"), x=c.x, y=c.y + BIN_INNER[1] * scene.objects[1].scale + 0.012)
+    planted = scene.replace_pose(
+        scene.role("target"), x=c.x, y=c.y + BIN_INNER[1] * scene.objects[1].scale + 0.012
+    )
     world.load(planted, settle_s=0.0)
     st = world.state()
     world.settle(0.5)

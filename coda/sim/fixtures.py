@@ -24,8 +24,13 @@ def spawn(client: int, obj: ObjectSpec, pose: Pose, *, visual: bool):
     if kind == "region":
         vis = -1
         if visual:
-            vis = p.createVisualShape(p.GEOM_CYLINDER, radius=REGION_RADIUS * s, length=0.001, rgbaColor=obj.rgba,
-                                      physicsClientId=client)
+            vis = p.createVisualShape(
+                p.GEOM_CYLINDER,
+                radius=REGION_RADIUS * s,
+                length=0.001,
+                rgbaColor=obj.rgba,
+                physicsClientId=client,
+            )
         uid = p.createMultiBody(0, -1, vis, [pose.x, pose.y, 0.0005], quat, physicsClientId=client)
         return Body(uid, np.array([REGION_RADIUS * s, REGION_RADIUS * s, 0.0005]), fixed=True)
     ix, iy = BIN_INNER[0] * s, BIN_INNER[1] * s
@@ -39,17 +44,28 @@ def spawn(client: int, obj: ObjectSpec, pose: Pose, *, visual: bool):
     ]
     cols = [p.createCollisionShape(p.GEOM_BOX, halfExtents=he, physicsClientId=client) for he, _ in parts]
     vis = [
-        p.createVisualShape(p.GEOM_BOX, halfExtents=he, rgbaColor=obj.rgba, physicsClientId=client) if visual else -1
+        p.createVisualShape(p.GEOM_BOX, halfExtents=he, rgbaColor=obj.rgba, physicsClientId=client)
+        if visual
+        else -1
         for he, _ in parts
     ]
     n = len(parts) - 1
     uid = p.createMultiBody(
-        baseMass=0, baseCollisionShapeIndex=cols[0], baseVisualShapeIndex=vis[0],
-        basePosition=[pose.x, pose.y, t], baseOrientation=quat,
-        linkMasses=[0] * n, linkCollisionShapeIndices=cols[1:], linkVisualShapeIndices=vis[1:],
-        linkPositions=[(c[0], c[1], c[2] - t) for _, c in parts[1:]], linkOrientations=[[0, 0, 0, 1]] * n,
-        linkInertialFramePositions=[[0, 0, 0]] * n, linkInertialFrameOrientations=[[0, 0, 0, 1]] * n,
-        linkParentIndices=[0] * n, linkJointTypes=[p.JOINT_FIXED] * n, linkJointAxis=[[0, 0, 1]] * n,
+        baseMass=0,
+        baseCollisionShapeIndex=cols[0],
+        baseVisualShapeIndex=vis[0],
+        basePosition=[pose.x, pose.y, t],
+        baseOrientation=quat,
+        linkMasses=[0] * n,
+        linkCollisionShapeIndices=cols[1:],
+        linkVisualShapeIndices=vis[1:],
+        linkPositions=[(c[0], c[1], c[2] - t) for _, c in parts[1:]],
+        linkOrientations=[[0, 0, 0, 1]] * n,
+        linkInertialFramePositions=[[0, 0, 0]] * n,
+        linkInertialFrameOrientations=[[0, 0, 0, 1]] * n,
+        linkParentIndices=[0] * n,
+        linkJointTypes=[p.JOINT_FIXED] * n,
+        linkJointAxis=[[0, 0, 1]] * n,
         physicsClientId=client,
     )
     p.changeDynamics(uid, -1, lateralFriction=obj.friction, physicsClientId=client)

@@ -21,8 +21,19 @@ from coda.sim.scene import SceneSpec
 from coda.sim.world import N_ROLE_SLOTS, OBS_DIM, World
 
 FAMILY_INDEX = {name: i for i, name in enumerate(("drawer", "pick_place", "push", "stack"))}
-STATE_KEYS = ("ee_pos", "ee_quat", "grip", "q", "obj_pos", "obj_quat", "obj_vel", "finger_contact",
-              "robot_contact", "art_q", "handle_pos")
+STATE_KEYS = (
+    "ee_pos",
+    "ee_quat",
+    "grip",
+    "q",
+    "obj_pos",
+    "obj_quat",
+    "obj_vel",
+    "finger_contact",
+    "robot_contact",
+    "art_q",
+    "handle_pos",
+)
 
 
 @dataclass
@@ -82,9 +93,23 @@ class RolloutRecord:
         return SceneContext.from_dict(self.ctx)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in ("scene_hash", "family", "variant", "instruction", "ctx", "chunk_starts",
-                                             "phase_names", "success", "success_step", "physics_steps", "wall_s",
-                                             "meta")}
+        d = {
+            k: getattr(self, k)
+            for k in (
+                "scene_hash",
+                "family",
+                "variant",
+                "instruction",
+                "ctx",
+                "chunk_starts",
+                "phase_names",
+                "success",
+                "success_step",
+                "physics_steps",
+                "wall_s",
+                "meta",
+            )
+        }
         d["states"] = {k: v.tolist() for k, v in self.states.items()}
         d["obs"] = self.obs.tolist()
         d["actions"] = self.actions.tolist()
@@ -94,16 +119,34 @@ class RolloutRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RolloutRecord:
         return cls(
-            d["scene_hash"], d["family"], d["variant"], d["instruction"], d["ctx"],
+            d["scene_hash"],
+            d["family"],
+            d["variant"],
+            d["instruction"],
+            d["ctx"],
             {k: np.asarray(v, dtype=np.float64) for k, v in d["states"].items()},
-            np.asarray(d["obs"], dtype=np.float32), np.asarray(d["actions"], dtype=np.float64).reshape(-1, 7),
-            list(d["chunk_starts"]), list(d["phase_names"]), np.asarray(d["phases"], dtype=bool),
-            bool(d["success"]), d["success_step"], int(d["physics_steps"]), float(d["wall_s"]), dict(d["meta"]),
+            np.asarray(d["obs"], dtype=np.float32),
+            np.asarray(d["actions"], dtype=np.float64).reshape(-1, 7),
+            list(d["chunk_starts"]),
+            list(d["phase_names"]),
+            np.asarray(d["phases"], dtype=bool),
+            bool(d["success"]),
+            d["success_step"],
+            int(d["physics_steps"]),
+            float(d["wall_s"]),
+            dict(d["meta"]),
         )
 
 
-def run_episode(world: World, scene: SceneSpec, policy: Policy, *, max_chunks: int = 12,
-                stop_on_success: bool = True, reload: bool = True) -> RolloutRecord:
+def run_episode(
+    world: World,
+    scene: SceneSpec,
+    policy: Policy,
+    *,
+    max_chunks: int = 12,
+    stop_on_success: bool = True,
+    reload: bool = True,
+) -> RolloutRecord:
     """Start `scene` in `world` and roll `policy` out.
 
     With ``reload`` (default) the scene's objects are spawned afresh, which makes the record a function
@@ -128,8 +171,9 @@ def run_episode(world: World, scene: SceneSpec, policy: Policy, *, max_chunks: i
     for _ in range(0 if success_step == 0 and stop_on_success else max_chunks):
         chunk_starts.append(len(actions))
         images = world.cameras() if world.render else None
-        chunk = np.asarray(policy.act(Observation(obs[-1], scene.task.instruction, state, images)),
-                           dtype=np.float64)
+        chunk = np.asarray(
+            policy.act(Observation(obs[-1], scene.task.instruction, state, images)), dtype=np.float64
+        )
         if chunk.ndim != 2 or chunk.shape[1] != 7:
             raise ValueError(f"policy returned a chunk of shape {chunk.shape}; expected (h, 7)")
         for a in chunk:
@@ -146,12 +190,21 @@ def run_episode(world: World, scene: SceneSpec, policy: Policy, *, max_chunks: i
             break
     stacked = {k: np.stack([s[k] for s in states]) for k in STATE_KEYS}
     return RolloutRecord(
-        scene_hash=scene.hash, family=scene.family, variant=scene.task.variant,
-        instruction=scene.task.instruction, ctx=ctx.to_dict(), states=stacked, obs=np.stack(obs),
-        actions=np.array(actions).reshape(-1, 7), chunk_starts=chunk_starts,
+        scene_hash=scene.hash,
+        family=scene.family,
+        variant=scene.task.variant,
+        instruction=scene.task.instruction,
+        ctx=ctx.to_dict(),
+        states=stacked,
+        obs=np.stack(obs),
+        actions=np.array(actions).reshape(-1, 7),
+        chunk_starts=chunk_starts,
         phase_names=[ph.name for ph in family.phases(scene.task.variant)],
-        phases=family.progress(states, ctx), success=success_step is not None, success_step=success_step,
-        physics_steps=world.steps - steps0, wall_s=time.perf_counter() - t0,
+        phases=family.progress(states, ctx),
+        success=success_step is not None,
+        success_step=success_step,
+        physics_steps=world.steps - steps0,
+        wall_s=time.perf_counter() - t0,
     )
 
 

@@ -66,7 +66,9 @@ class SpatialSpec:
 
 @dataclass(frozen=True)
 class ObjectSpec:
-    asset_id: str  # catalog id ("primitive/box_003", "articulated/drawer_single_012") or fixture ("fixture/bin")
+    asset_id: (
+        str  # catalog id ("primitive/box_003", "articulated/drawer_single_012") or fixture ("fixture/bin")
+    )
     category: str  # asset category, recorded so held-out splits can hold out whole categories
     scale: float = 1.0  # uniform geometric scale
     mass: float = 0.1  # kg (ignored by fixed-base articulated bodies and static fixtures)
@@ -189,8 +191,12 @@ def from_dict(d: Any) -> SceneSpec:
             raise _err(f"objects[{i}].rgba", "expected a list of 4 numbers in [0, 1]")
         objects.append(
             ObjectSpec(
-                o["asset_id"], o["category"], o.get("scale", 1.0), o.get("mass", 0.1),
-                o.get("friction", 1.0), tuple(rgba),
+                o["asset_id"],
+                o["category"],
+                o.get("scale", 1.0),
+                o.get("mass", 0.1),
+                o.get("friction", 1.0),
+                tuple(rgba),
             )
         )
     return SceneSpec(task, SpatialSpec(tuple(poses)), tuple(objects))

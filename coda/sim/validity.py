@@ -47,12 +47,18 @@ def check_scale(spec: SceneSpec, world) -> tuple[bool, str, dict]:
         half = world.bodies[i].half_extents
         width = 2 * min(half[0], half[1])
         if width > GRIPPER_OPENING - 0.012:
-            return False, f"objects[{i}] is {width * 100:.1f} cm wide; the gripper opens 8 cm", {"object": i,
-                                                                                             "limit": 0.066 / width}
+            return (
+                False,
+                f"objects[{i}] is {width * 100:.1f} cm wide; the gripper opens 8 cm",
+                {"object": i, "limit": 0.066 / width},
+            )
     for i in _movable(world):
         if 2 * max(world.bodies[i].half_extents) > 0.2:
-            return False, f"objects[{i}] is larger than 20 cm", {"object": i, "limit": 0.19 / (2 * max(
-                world.bodies[i].half_extents))}
+            return (
+                False,
+                f"objects[{i}] is larger than 20 cm",
+                {"object": i, "limit": 0.19 / (2 * max(world.bodies[i].half_extents))},
+            )
     return True, "ok", {}
 
 
@@ -61,7 +67,11 @@ def check_reach(spec: SceneSpec, world) -> tuple[bool, str, dict]:
         pose = spec.spatial.poses[i]
         r = math.hypot(pose.x, pose.y)
         if not REACH[0] <= r <= REACH[1]:
-            return False, f"{role} (objects[{i}]) is {r:.2f} m from the robot base; reach is {REACH}", {"object": i}
+            return (
+                False,
+                f"{role} (objects[{i}]) is {r:.2f} m from the robot base; reach is {REACH}",
+                {"object": i},
+            )
     return True, "ok", {}
 
 
@@ -70,7 +80,11 @@ def check_interpenetration(world) -> tuple[bool, str, dict]:
     if worst is not None and worst[2] > MAX_PENETRATION:
         i, j, depth = worst
         other = "the robot" if j < 0 else f"objects[{j}]"
-        return False, f"objects[{i}] and {other} interpenetrate by {depth * 100:.1f} cm", {"object": i, "other": j}
+        return (
+            False,
+            f"objects[{i}] and {other} interpenetrate by {depth * 100:.1f} cm",
+            {"object": i, "other": j},
+        )
     return True, "ok", {}
 
 
@@ -86,8 +100,11 @@ def check_stability(world, spawn_pos: np.ndarray, spawn_quat: np.ndarray) -> tup
         tilt_axis, tilt = p.getAxisAngleFromQuaternion(diff)
         tilt = abs(math.remainder(tilt, 2 * math.pi)) * math.hypot(tilt_axis[0], tilt_axis[1])
         if drift > MAX_DRIFT or tilt > MAX_TILT:
-            return False, f"objects[{i}] unstable: drifted {drift * 100:.1f} cm, tilted {tilt:.2f} rad", {
-                "object": i, "kind": "unstable"}
+            return (
+                False,
+                f"objects[{i}] unstable: drifted {drift * 100:.1f} cm, tilted {tilt:.2f} rad",
+                {"object": i, "kind": "unstable"},
+            )
     return True, "ok", {}
 
 
@@ -111,12 +128,17 @@ def _drop(spec: SceneSpec, i: int) -> SceneSpec:
 
     keep = [k for k in range(len(spec.objects)) if k != i]
     remap = {old: new for new, old in enumerate(keep)}
-    task = spec.task.__class__(**{**spec.task.__dict__, "bindings": {r: remap[k] for r, k in spec.task.bindings.items()}})
-    return SceneSpec(task, SpatialSpec(tuple(spec.spatial.poses[k] for k in keep)),
-                     tuple(spec.objects[k] for k in keep))
+    task = spec.task.__class__(
+        **{**spec.task.__dict__, "bindings": {r: remap[k] for r, k in spec.task.bindings.items()}}
+    )
+    return SceneSpec(
+        task, SpatialSpec(tuple(spec.spatial.poses[k] for k in keep)), tuple(spec.objects[k] for k in keep)
+    )
 
 
-def validate_scene(world, spec: SceneSpec, rng: np.random.Generator, *, max_repairs: int = 4) -> ValidityReport:
+def validate_scene(
+    world, spec: SceneSpec, rng: np.random.Generator, *, max_repairs: int = 4
+) -> ValidityReport:
     """Run the checks on `spec` in `world`, repairing until it passes or `max_repairs` is exhausted."""
     trace: list[dict[str, Any]] = []
     roles = set(spec.task.bindings.values())
@@ -127,9 +149,13 @@ def validate_scene(world, spec: SceneSpec, rng: np.random.Generator, *, max_repa
             trace.append({"op": "check", "name": "load", "ok": False, "detail": str(e)})
             return ValidityReport("rejected", None, trace)
         failure = None
-        for name, fn in (("scale", lambda: check_scale(spec, world)), ("reach", lambda: check_reach(spec, world)),
-                         ("interpenetration", lambda: check_interpenetration(world))):
-            ok, detail, info = fn()
+        checks = (
+            ("scale", check_scale, (spec, world)),
+            ("reach", check_reach, (spec, world)),
+            ("interpenetration", check_interpenetration, (world,)),
+        )
+        for name, fn, fn_args in checks:
+            ok, detail, info = fn(*fn_args)
             trace.append({"op": "check", "name": name, "ok": ok, "detail": detail})
             if not ok:
                 failure = (name, info)
@@ -151,7 +177,9 @@ def validate_scene(world, spec: SceneSpec, rng: np.random.Generator, *, max_repa
             spec = spec.replace_object(i, scale=max(new_scale, 0.21))
             trace.append({"op": "repair", "name": "rescale", "object": i, "detail": f"scale -> {new_scale}"})
         elif name == "reach":
-            trace.append({"op": "repair", "name": "reject", "object": i, "detail": "task object out of reach"})
+            trace.append(
+                {"op": "repair", "name": "reject", "object": i, "detail": "task object out of reach"}
+            )
             break
         elif i not in roles and (name == "stability" or _attempt >= 1):
             spec = _drop(spec, i)
@@ -167,8 +195,9 @@ def validate_scene(world, spec: SceneSpec, rng: np.random.Generator, *, max_repa
     return ValidityReport("rejected", None, trace)
 
 
-def certify_scene(world, spec: SceneSpec, rng: np.random.Generator, *, max_repairs: int = 4,
-                  plan: bool = True) -> tuple[ValidityReport, Any]:
+def certify_scene(
+    world, spec: SceneSpec, rng: np.random.Generator, *, max_repairs: int = 4, plan: bool = True
+) -> tuple[ValidityReport, Any]:
     """Validity checks and repairs, then the scripted planner; returns (report, demonstration or None)."""
     from coda.sim.rollout import plan_episode
 
@@ -177,6 +206,12 @@ def certify_scene(world, spec: SceneSpec, rng: np.random.Generator, *, max_repai
         return report, None
     demo = plan_episode(world, report.scene)
     report.certified = demo.success
-    report.trace.append({"op": "check", "name": "planner", "ok": demo.success,
-                         "detail": f"planner {'succeeded' if demo.success else 'failed'} in {demo.steps} steps"})
+    report.trace.append(
+        {
+            "op": "check",
+            "name": "planner",
+            "ok": demo.success,
+            "detail": f"planner {'succeeded' if demo.success else 'failed'} in {demo.steps} steps",
+        }
+    )
     return report, demo

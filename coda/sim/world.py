@@ -91,8 +91,17 @@ class World:
             p.changeDynamics(self.robot, j, lateralFriction=1.5, spinningFriction=0.5, physicsClientId=c)
         # couple the fingers like the real Panda's mimic joint; independent force-limited fingers let a
         # held object slide sideways between them as the arm accelerates
-        gear = p.createConstraint(self.robot, FINGER_JOINTS[0], self.robot, FINGER_JOINTS[1], p.JOINT_GEAR,
-                                  [1, 0, 0], [0, 0, 0], [0, 0, 0], physicsClientId=c)
+        gear = p.createConstraint(
+            self.robot,
+            FINGER_JOINTS[0],
+            self.robot,
+            FINGER_JOINTS[1],
+            p.JOINT_GEAR,
+            [1, 0, 0],
+            [0, 0, 0],
+            [0, 0, 0],
+            physicsClientId=c,
+        )
         p.changeConstraint(gear, gearRatio=-1, erp=0.1, maxForce=50, physicsClientId=c)
         self._catalog = None
         self.bodies: list[Body] = []
@@ -159,7 +168,12 @@ class World:
         asset = self.catalog.by_id(obj.asset_id)
         if isinstance(asset, assets.ArticulatedAsset):
             uid = assets.spawn_articulated(
-                c, asset, self.data_dir, position=(pose.x, pose.y, 0.0), yaw=pose.yaw, scale=obj.scale,
+                c,
+                asset,
+                self.data_dir,
+                position=(pose.x, pose.y, 0.0),
+                yaw=pose.yaw,
+                scale=obj.scale,
                 rgba=obj.rgba,
             )
             return Body(
@@ -167,16 +181,25 @@ class World:
                 np.array(asset.footprint) * obj.scale,
                 fixed=True,
                 movable_joints=[assets.link_index(c, uid, n) for n in asset.movable_joints],
-                joint_limits=[(lo * obj.scale, hi * obj.scale) if asset.joint_type == "prismatic" else (lo, hi)
-                              for lo, hi in asset.joint_limits],
+                joint_limits=[
+                    (lo * obj.scale, hi * obj.scale) if asset.joint_type == "prismatic" else (lo, hi)
+                    for lo, hi in asset.joint_limits
+                ],
                 handle_links=[assets.link_index(c, uid, n) for n in asset.handle_links],
                 handle_local=[np.array(h) * obj.scale for h in asset.handle_local],
             )
         half = np.array(asset.half_extents) * obj.scale
         quat = p.getQuaternionFromEuler([0.0, 0.0, pose.yaw])
         uid = assets.spawn_rigid(
-            c, asset, position=(pose.x, pose.y, half[2] + 0.002), orientation=quat, scale=obj.scale,
-            mass=obj.mass, friction=obj.friction, rgba=obj.rgba, visual=self.render,
+            c,
+            asset,
+            position=(pose.x, pose.y, half[2] + 0.002),
+            orientation=quat,
+            scale=obj.scale,
+            mass=obj.mass,
+            friction=obj.friction,
+            rgba=obj.rgba,
+            visual=self.render,
             # rolling/spinning friction makes stepping 2-3x slower; only round objects need it to come to rest
             rolling_friction=ROUND_FRICTION if asset.shape == "sphere" or asset.category == "ball" else 0.0,
             spinning_friction=ROUND_FRICTION if asset.shape == "sphere" or asset.category == "ball" else 0.0,
@@ -189,10 +212,22 @@ class World:
             p.resetJointState(self.robot, j, q, physicsClientId=c)
         for j in FINGER_JOINTS:
             p.resetJointState(self.robot, j, GRIP_OPEN, physicsClientId=c)
-        p.setJointMotorControlArray(self.robot, ARM_JOINTS, p.POSITION_CONTROL, targetPositions=HOME_Q,
-                                    forces=ARM_FORCES, physicsClientId=c)
-        p.setJointMotorControlArray(self.robot, FINGER_JOINTS, p.POSITION_CONTROL,
-                                    targetPositions=[GRIP_OPEN] * 2, forces=[FINGER_FORCE] * 2, physicsClientId=c)
+        p.setJointMotorControlArray(
+            self.robot,
+            ARM_JOINTS,
+            p.POSITION_CONTROL,
+            targetPositions=HOME_Q,
+            forces=ARM_FORCES,
+            physicsClientId=c,
+        )
+        p.setJointMotorControlArray(
+            self.robot,
+            FINGER_JOINTS,
+            p.POSITION_CONTROL,
+            targetPositions=[GRIP_OPEN] * 2,
+            forces=[FINGER_FORCE] * 2,
+            physicsClientId=c,
+        )
 
     def reset(self) -> None:
         """Restore the settled scene (cheap) and re-arm the controller at the current pose."""
@@ -204,10 +239,22 @@ class World:
     def _arm_controller(self) -> None:
         c = self.client
         # motor targets are not part of the saved state; re-issue them
-        p.setJointMotorControlArray(self.robot, ARM_JOINTS, p.POSITION_CONTROL, targetPositions=HOME_Q,
-                                    forces=ARM_FORCES, physicsClientId=c)
-        p.setJointMotorControlArray(self.robot, FINGER_JOINTS, p.POSITION_CONTROL,
-                                    targetPositions=[GRIP_OPEN] * 2, forces=[FINGER_FORCE] * 2, physicsClientId=c)
+        p.setJointMotorControlArray(
+            self.robot,
+            ARM_JOINTS,
+            p.POSITION_CONTROL,
+            targetPositions=HOME_Q,
+            forces=ARM_FORCES,
+            physicsClientId=c,
+        )
+        p.setJointMotorControlArray(
+            self.robot,
+            FINGER_JOINTS,
+            p.POSITION_CONTROL,
+            targetPositions=[GRIP_OPEN] * 2,
+            forces=[FINGER_FORCE] * 2,
+            physicsClientId=c,
+        )
         ls = p.getLinkState(self.robot, EE_LINK, computeForwardKinematics=True, physicsClientId=c)
         self.target_pos = np.array(ls[4])
         self.target_quat = np.array(ls[5])
@@ -223,7 +270,9 @@ class World:
         """Apply one normalised 7-D action for one control period (24 physics substeps at 240/10 Hz)."""
         c = self.client
         a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0) * ACTION_SCALE
-        ee = np.array(p.getLinkState(self.robot, EE_LINK, computeForwardKinematics=True, physicsClientId=c)[4])
+        ee = np.array(
+            p.getLinkState(self.robot, EE_LINK, computeForwardKinematics=True, physicsClientId=c)[4]
+        )
         target = np.clip(self.target_pos + a[:3], WORKSPACE_LO, WORKSPACE_HI)
         lead = target - ee
         dist = np.linalg.norm(lead)
@@ -235,16 +284,33 @@ class World:
             self.target_quat = np.array(p.multiplyTransforms([0, 0, 0], dq, [0, 0, 0], self.target_quat)[1])
         self.grip_cmd = float(a[6])
         q = p.calculateInverseKinematics(
-            self.robot, EE_LINK, self.target_pos.tolist(), self.target_quat.tolist(),
-            maxNumIterations=self.ik_iterations, residualThreshold=self.ik_threshold, physicsClientId=c,
+            self.robot,
+            EE_LINK,
+            self.target_pos.tolist(),
+            self.target_quat.tolist(),
+            maxNumIterations=self.ik_iterations,
+            residualThreshold=self.ik_threshold,
+            physicsClientId=c,
         )
-        p.setJointMotorControlArray(self.robot, ARM_JOINTS, p.POSITION_CONTROL, targetPositions=q[:7],
-                                    forces=ARM_FORCES, physicsClientId=c)
+        p.setJointMotorControlArray(
+            self.robot,
+            ARM_JOINTS,
+            p.POSITION_CONTROL,
+            targetPositions=q[:7],
+            forces=ARM_FORCES,
+            physicsClientId=c,
+        )
         width = GRIP_OPEN if self.grip_cmd > 0 else 0.0
         if self.motor_log is not None:
             self.motor_log.append((list(q[:7]), width))
-        p.setJointMotorControlArray(self.robot, FINGER_JOINTS, p.POSITION_CONTROL,
-                                    targetPositions=[width, width], forces=[FINGER_FORCE] * 2, physicsClientId=c)
+        p.setJointMotorControlArray(
+            self.robot,
+            FINGER_JOINTS,
+            p.POSITION_CONTROL,
+            targetPositions=[width, width],
+            forces=[FINGER_FORCE] * 2,
+            physicsClientId=c,
+        )
         for _ in range(self.substeps):
             p.stepSimulation(physicsClientId=c)
         self.steps += self.substeps
@@ -274,7 +340,9 @@ class World:
             for j in b.movable_joints:
                 art_q.append(p.getJointState(b.uid, j, physicsClientId=c)[0])
             for link, local in zip(b.handle_links, b.handle_local, strict=True):
-                lpos, lquat = p.getLinkState(b.uid, link, computeForwardKinematics=True, physicsClientId=c)[4:6]
+                lpos, lquat = p.getLinkState(b.uid, link, computeForwardKinematics=True, physicsClientId=c)[
+                    4:6
+                ]
                 handle_pos.append(p.multiplyTransforms(lpos, lquat, local.tolist(), [0, 0, 0, 1])[0])
         return {
             "ee_pos": np.array(ls[4]),
@@ -298,8 +366,14 @@ class World:
         for eye, target in CAMERAS:
             view = p.computeViewMatrix(eye, target, [0, 0, 1], physicsClientId=self.client)
             proj = p.computeProjectionMatrixFOV(55, 1.0, 0.05, 3.0, physicsClientId=self.client)
-            _, _, rgba, _, _ = p.getCameraImage(self.image_size, self.image_size, view, proj,
-                                                renderer=p.ER_TINY_RENDERER, physicsClientId=self.client)
+            _, _, rgba, _, _ = p.getCameraImage(
+                self.image_size,
+                self.image_size,
+                view,
+                proj,
+                renderer=p.ER_TINY_RENDERER,
+                physicsClientId=self.client,
+            )
             out.append(np.asarray(rgba, dtype=np.uint8).reshape(self.image_size, self.image_size, 4)[..., :3])
         return np.stack(out)
 
@@ -320,8 +394,11 @@ class World:
 def world_kwargs(cfg) -> dict:
     """World settings of a loaded `coda.config.Config` (what executors pass to their workers)."""
     return {
-        "physics_hz": cfg.sim.physics_hz, "control_hz": cfg.sim.control_hz, "render": cfg.sim.obs == "rgb",
-        "image_size": cfg.sim.image_size, "ik_iterations": cfg.planner.ik_iterations,
+        "physics_hz": cfg.sim.physics_hz,
+        "control_hz": cfg.sim.control_hz,
+        "render": cfg.sim.obs == "rgb",
+        "image_size": cfg.sim.image_size,
+        "ik_iterations": cfg.planner.ik_iterations,
         "ik_threshold": cfg.planner.ik_threshold,
     }
 

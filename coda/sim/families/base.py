@@ -39,17 +39,28 @@ class SceneContext:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "family": self.family, "variant": self.variant, "bindings": dict(self.bindings),
-            "goal": list(self.goal), "half_extents": self.half_extents.tolist(),
-            "init_pos": self.init_pos.tolist(), "init_art_q": self.init_art_q.tolist(),
-            "joint_limits": self.joint_limits.tolist(), "inner": {str(k): v.tolist() for k, v in self.inner.items()},
+            "family": self.family,
+            "variant": self.variant,
+            "bindings": dict(self.bindings),
+            "goal": list(self.goal),
+            "half_extents": self.half_extents.tolist(),
+            "init_pos": self.init_pos.tolist(),
+            "init_art_q": self.init_art_q.tolist(),
+            "joint_limits": self.joint_limits.tolist(),
+            "inner": {str(k): v.tolist() for k, v in self.inner.items()},
         }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SceneContext:
         return cls(
-            d["family"], d["variant"], dict(d["bindings"]), tuple(d["goal"]), np.array(d["half_extents"]),
-            np.array(d["init_pos"]), np.array(d["init_art_q"]), np.array(d["joint_limits"]).reshape(-1, 2),
+            d["family"],
+            d["variant"],
+            dict(d["bindings"]),
+            tuple(d["goal"]),
+            np.array(d["half_extents"]),
+            np.array(d["init_pos"]),
+            np.array(d["init_art_q"]),
+            np.array(d["joint_limits"]).reshape(-1, 2),
             {int(k): np.array(v) for k, v in d["inner"].items()},
         )
 
@@ -58,8 +69,13 @@ class SceneContext:
         scene, st = world.scene, world.state()
         limits = [lim for b in world.bodies for lim in b.joint_limits]
         return cls(
-            scene.task.family, scene.task.variant, dict(scene.task.bindings), tuple(scene.task.goal),
-            np.array([b.half_extents for b in world.bodies]), st["obj_pos"].copy(), st["art_q"].copy(),
+            scene.task.family,
+            scene.task.variant,
+            dict(scene.task.bindings),
+            tuple(scene.task.goal),
+            np.array([b.half_extents for b in world.bodies]),
+            st["obj_pos"].copy(),
+            st["art_q"].copy(),
             np.array(limits, dtype=np.float64).reshape(-1, 2),
             {i: b.inner for i, b in enumerate(world.bodies) if b.inner is not None},
         )
@@ -132,8 +148,10 @@ class Family:
             allowed = set(cats)
         want_heldout_instance = split == "instances"
         out = [
-            a for a in assets
-            if a.category in allowed and (split == "categories" or is_heldout_instance(a.asset_id) == want_heldout_instance)
+            a
+            for a in assets
+            if a.category in allowed
+            and (split == "categories" or is_heldout_instance(a.asset_id) == want_heldout_instance)
         ]
         out = [a for a in out if cls.asset_ok(a)]
         if not out:
@@ -162,7 +180,8 @@ class Family:
     @classmethod
     def _object(cls, rng, asset, space, rgba=None) -> ObjectSpec:
         return ObjectSpec(
-            asset.asset_id, asset.category,
+            asset.asset_id,
+            asset.category,
             scale=round(uniform(rng, space["scale"]), 4),
             mass=round(uniform(rng, space["mass"]), 4) if "mass" in space else 0.1,
             friction=round(uniform(rng, space["friction"]), 4),
@@ -179,7 +198,9 @@ class Family:
         """Clutter objects placed away from the task objects (may be zero)."""
         lo, hi = space["distractors"]
         n = int(rng.integers(lo, hi + 1))
-        pool = cls.pool(catalog, "seed" if split in ("instances", "tasks", "categories", "layouts") else split)
+        pool = cls.pool(
+            catalog, "seed" if split in ("instances", "tasks", "categories", "layouts") else split
+        )
         objs, poses = [], []
         for _ in range(n):
             asset = pool[int(rng.integers(len(pool)))]

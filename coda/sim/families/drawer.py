@@ -8,14 +8,26 @@ import numpy as np
 import pybullet as p
 
 from coda.sim.families.base import (
-    Family, Phase, SceneContext, State, Waypoint, WaypointPlanner, slot, uniform,
+    Family,
+    Phase,
+    SceneContext,
+    State,
+    Waypoint,
+    WaypointPlanner,
+    slot,
+    uniform,
 )
 from coda.sim.scene import ObjectSpec, Pose, SceneSpec, SceneSpecError
 
 OPEN_FRAC = 0.6  # "open": the drawer is pulled out to at least this fraction of its travel
 CLOSED_FRAC = 0.12  # "close": pushed back to at most this fraction
 INIT_OPEN = (0.7, 0.9)  # "close" scenes start this far open
-PART_NAMES = {1: ("",), 2: ("bottom ", "top "), 3: ("bottom ", "middle ", "top "), 4: ("lowest ", "second ", "third ", "top ")}
+PART_NAMES = {
+    1: ("",),
+    2: ("bottom ", "top "),
+    3: ("bottom ", "middle ", "top "),
+    4: ("lowest ", "second ", "third ", "top "),
+}
 
 
 def _part(ctx: SceneContext) -> int:
@@ -105,9 +117,14 @@ class Drawer(Family):
         sp = cls.space(split)
         pool = cls.pool(catalog, split, kind="articulated")
         asset = pool[int(rng.integers(len(pool)))]
-        cab = ObjectSpec(asset.asset_id, asset.category, scale=round(uniform(rng, sp["scale"]), 4), mass=5.0,
-                         friction=round(uniform(rng, sp["friction"]), 4),
-                         rgba=tuple(round(float(c), 3) for c in rng.uniform(0.3, 0.9, size=3)) + (1.0,))
+        cab = ObjectSpec(
+            asset.asset_id,
+            asset.category,
+            scale=round(uniform(rng, sp["scale"]), 4),
+            mass=5.0,
+            friction=round(uniform(rng, sp["friction"]), 4),
+            rgba=tuple(round(float(c), 3) for c in rng.uniform(0.3, 0.9, size=3)) + (1.0,),
+        )
         # the top drawer: a top-down grasp of a lower handle is blocked by the handles above it
         part = asset.n_movable - 1
         variant = str(rng.choice(sp["variants"]))
@@ -135,18 +152,32 @@ class Drawer(Family):
         body = world.bodies[spec.task.bindings["cabinet"]]
         part = int(spec.task.goal[0])
         if part >= len(body.movable_joints):
-            raise SceneSpecError(f"task.goal[0]: cabinet has {len(body.movable_joints)} drawers, got index {part}")
+            raise SceneSpecError(
+                f"task.goal[0]: cabinet has {len(body.movable_joints)} drawers, got index {part}"
+            )
         lo, hi = body.joint_limits[part]
-        p.resetJointState(body.uid, body.movable_joints[part], lo + spec.task.goal[1] * (hi - lo),
-                          physicsClientId=world.client)
+        p.resetJointState(
+            body.uid,
+            body.movable_joints[part],
+            lo + spec.task.goal[1] * (hi - lo),
+            physicsClientId=world.client,
+        )
 
     @classmethod
     def phases(cls, variant: str) -> list[Phase]:
         if variant == "open":
-            return [Phase("reach", _near_handle), Phase("grasp", _grasp), Phase("pull", _opened_some),
-                    Phase("open", _opened)]
-        return [Phase("reach", _near_handle), Phase("contact", _contact), Phase("push", _closed_some),
-                Phase("close", _closed)]
+            return [
+                Phase("reach", _near_handle),
+                Phase("grasp", _grasp),
+                Phase("pull", _opened_some),
+                Phase("open", _opened),
+            ]
+        return [
+            Phase("reach", _near_handle),
+            Phase("contact", _contact),
+            Phase("push", _closed_some),
+            Phase("close", _closed),
+        ]
 
     @classmethod
     def success(cls, state: State, ctx: SceneContext) -> bool:
@@ -155,8 +186,10 @@ class Drawer(Family):
     @classmethod
     def role_features(cls, state: State, ctx: SceneContext):
         k, c = _part(ctx), ctx.bindings["cabinet"]
-        slots = [slot(state["handle_pos"][k], ctx.goal[2], np.array([0.0, 0.0, 0.0])),
-                 slot(state["obj_pos"][c], ctx.goal[2], ctx.half_extents[c])]
+        slots = [
+            slot(state["handle_pos"][k], ctx.goal[2], np.array([0.0, 0.0, 0.0])),
+            slot(state["obj_pos"][c], ctx.goal[2], ctx.half_extents[c]),
+        ]
         goal = np.array([_frac(state, ctx), float(ctx.variant == "open"), *_pull_dir(ctx)])
         return slots, goal
 

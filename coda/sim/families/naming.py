@@ -7,12 +7,26 @@ import numpy as np
 from coda.sim.scene import ObjectSpec
 
 COLOURS = {
-    "red": (0.85, 0.15, 0.15), "green": (0.2, 0.7, 0.25), "blue": (0.15, 0.3, 0.85), "yellow": (0.9, 0.85, 0.2),
-    "orange": (0.95, 0.55, 0.15), "purple": (0.55, 0.25, 0.7), "pink": (0.95, 0.55, 0.7), "white": (0.92, 0.92, 0.92),
-    "grey": (0.5, 0.5, 0.5), "brown": (0.5, 0.32, 0.18), "teal": (0.15, 0.6, 0.6), "black": (0.12, 0.12, 0.12),
+    "red": (0.85, 0.15, 0.15),
+    "green": (0.2, 0.7, 0.25),
+    "blue": (0.15, 0.3, 0.85),
+    "yellow": (0.9, 0.85, 0.2),
+    "orange": (0.95, 0.55, 0.15),
+    "purple": (0.55, 0.25, 0.7),
+    "pink": (0.95, 0.55, 0.7),
+    "white": (0.92, 0.92, 0.92),
+    "grey": (0.5, 0.5, 0.5),
+    "brown": (0.5, 0.32, 0.18),
+    "teal": (0.15, 0.6, 0.6),
+    "black": (0.12, 0.12, 0.12),
 }
 NOUNS = {
-    "cube": "cube", "cuboid": "block", "cylinder": "cylinder", "sphere": "ball", "mug": "mug", "duck": "duck",
+    "cube": "cube",
+    "cuboid": "block",
+    "cylinder": "cylinder",
+    "sphere": "ball",
+    "mug": "mug",
+    "duck": "duck",
 }
 
 

@@ -7,7 +7,16 @@ import math
 import numpy as np
 
 from coda.sim.families.base import (
-    Family, Phase, SceneContext, State, Waypoint, WaypointPlanner, grasp_yaw, slot, uniform, yaw_of,
+    Family,
+    Phase,
+    SceneContext,
+    State,
+    Waypoint,
+    WaypointPlanner,
+    grasp_yaw,
+    slot,
+    uniform,
+    yaw_of,
 )
 from coda.sim.families.naming import describe
 from coda.sim.scene import ObjectSpec, Pose, SceneSpec, SceneSpecError
@@ -33,18 +42,19 @@ def _grasped(st: State, i: int) -> bool:
     return bool(st["finger_contact"][i].all())
 
 
-def _reach(st: State, ctx: SceneContext) -> bool:
-    i = ctx.bindings["target"]
+# reach / grasp / lift of the object bound to `role`; shared by the families that pick something up
+def reach(st: State, ctx: SceneContext, role: str = "target") -> bool:
+    i = ctx.bindings[role]
     d = st["ee_pos"] - st["obj_pos"][i]
     return math.hypot(d[0], d[1]) < 0.03 and d[2] < ctx.half_extents[i][2] + 0.03
 
 
-def _grasp(st: State, ctx: SceneContext) -> bool:
-    return _grasped(st, ctx.bindings["target"])
+def grasp(st: State, ctx: SceneContext, role: str = "target") -> bool:
+    return _grasped(st, ctx.bindings[role])
 
 
-def _lift(st: State, ctx: SceneContext) -> bool:
-    i = ctx.bindings["target"]
+def lift(st: State, ctx: SceneContext, role: str = "target") -> bool:
+    i = ctx.bindings[role]
     return _grasped(st, i) and st["obj_pos"][i][2] > ctx.init_pos[i][2] + LIFT
 
 
@@ -65,8 +75,17 @@ class PickPlace(Family):
     roles = ("target", "container")
     variants = ("bin", "region")
     goal_dim = 1  # container yaw (so predicates can test containment without the spec)
-    factors = ("target_position", "target_yaw", "scale", "mass", "friction", "container_position",
-               "distractors", "instance", "instruction")
+    factors = (
+        "target_position",
+        "target_yaw",
+        "scale",
+        "mass",
+        "friction",
+        "container_position",
+        "distractors",
+        "instance",
+        "instruction",
+    )
     templates = (
         "put the {target} in the {container}",
         "place the {target} into the {container}",
@@ -97,11 +116,16 @@ class PickPlace(Family):
         cyaw = round(float(rng.uniform(-0.2, 0.2)), 4) if split == "generator" else 0.0
         container = ObjectSpec(
             "fixture/bin" if variant == "bin" else "fixture/region",
-            "bin" if variant == "bin" else "region", scale=round(float(rng.uniform(0.95, 1.1)), 4), mass=1.0,
-            friction=1.0, rgba=(0.55, 0.45, 0.35, 1.0) if variant == "bin" else (0.2, 0.7, 0.3, 1.0),
+            "bin" if variant == "bin" else "region",
+            scale=round(float(rng.uniform(0.95, 1.1)), 4),
+            mass=1.0,
+            friction=1.0,
+            rgba=(0.55, 0.45, 0.35, 1.0) if variant == "bin" else (0.2, 0.7, 0.3, 1.0),
         )
-        poses = [Pose(round(tx, 4), round(ty, 4), round(uniform(rng, sp["target_yaw"]), 4)),
-                 Pose(round(cx, 4), round(cy, 4), cyaw)]
+        poses = [
+            Pose(round(tx, 4), round(ty, 4), round(uniform(rng, sp["target_yaw"]), 4)),
+            Pose(round(cx, 4), round(cy, 4), cyaw),
+        ]
         occupied = [(tx, ty, 0.06), (cx, cy, 0.14)]
         dobj, dpose = cls._distractors(rng, catalog, split, sp, occupied)
         names = {"target": describe(target), "container": "bin" if variant == "bin" else "green target area"}
@@ -113,15 +137,22 @@ class PickPlace(Family):
         c = spec.objects[spec.task.bindings["container"]]
         want = "fixture/bin" if spec.task.variant == "bin" else "fixture/region"
         if c.asset_id != want:
-            raise SceneSpecError(f"objects[{spec.task.bindings['container']}].asset_id: {spec.task.variant!r} "
-                                 f"needs container {want!r}, got {c.asset_id!r}")
+            raise SceneSpecError(
+                f"objects[{spec.task.bindings['container']}].asset_id: {spec.task.variant!r} "
+                f"needs container {want!r}, got {c.asset_id!r}"
+            )
         if abs(spec.task.goal[0] - spec.spatial.poses[spec.task.bindings["container"]].yaw) > 1e-6:
             raise SceneSpecError("task.goal[0]: must equal the container's yaw")
 
     @classmethod
     def phases(cls, variant: str) -> list[Phase]:
-        return [Phase("reach", _reach), Phase("grasp", _grasp), Phase("lift", _lift),
-                Phase("transport", _transport), Phase("place", _placed)]
+        return [
+            Phase("reach", reach),
+            Phase("grasp", grasp),
+            Phase("lift", lift),
+            Phase("transport", _transport),
+            Phase("place", _placed),
+        ]
 
     @classmethod
     def success(cls, state: State, ctx: SceneContext) -> bool:
@@ -131,8 +162,10 @@ class PickPlace(Family):
     def role_features(cls, state: State, ctx: SceneContext):
         i, c = ctx.bindings["target"], ctx.bindings["container"]
         inner = ctx.inner.get(c, np.array([ctx.half_extents[c][0]] * 2 + [0.0]))
-        slots = [slot(state["obj_pos"][i], yaw_of(state["obj_quat"][i]), ctx.half_extents[i]),
-                 slot(state["obj_pos"][c], ctx.goal[0], inner)]
+        slots = [
+            slot(state["obj_pos"][i], yaw_of(state["obj_quat"][i]), ctx.half_extents[i]),
+            slot(state["obj_pos"][c], ctx.goal[0], inner),
+        ]
         goal = np.array([*ctx.init_pos[c][:2], float(c in ctx.inner), 0.0])
         return slots, goal
 

@@ -6,7 +6,17 @@ import math
 
 import numpy as np
 
-from coda.sim.families.base import Family, Phase, SceneContext, State, Waypoint, WaypointPlanner, slot, uniform, yaw_of
+from coda.sim.families.base import (
+    Family,
+    Phase,
+    SceneContext,
+    State,
+    Waypoint,
+    WaypointPlanner,
+    slot,
+    uniform,
+    yaw_of,
+)
 from coda.sim.families.naming import describe
 from coda.sim.scene import ObjectSpec, Pose, SceneSpec, SceneSpecError
 
@@ -55,8 +65,17 @@ class Push(Family):
     roles = ("target", "goal")
     variants = ("away", "sideways")
     goal_dim = 2  # goal x, y
-    factors = ("target_position", "target_yaw", "goal_offset", "scale", "mass", "friction", "distractors",
-               "instance", "instruction")
+    factors = (
+        "target_position",
+        "target_yaw",
+        "goal_offset",
+        "scale",
+        "mass",
+        "friction",
+        "distractors",
+        "instance",
+        "instruction",
+    )
     templates = (
         "push the {target} to the {goal}",
         "slide the {target} into the {goal}",
@@ -82,12 +101,18 @@ class Push(Family):
         if variant == "sideways":  # the push runs mostly along y
             dx, dy = dy, math.copysign(max(abs(dx), 0.08), -ty if abs(ty) > 0.05 else dx)
         gx, gy = min(max(tx + dx, 0.32), 0.7), min(max(ty + dy, -0.32), 0.32)
-        region = ObjectSpec("fixture/region", "region", scale=1.0, mass=1.0, friction=1.0, rgba=(0.2, 0.7, 0.3, 1.0))
-        poses = [Pose(round(tx, 4), round(ty, 4), round(uniform(rng, sp["target_yaw"]), 4)),
-                 Pose(round(gx, 4), round(gy, 4), 0.0)]
+        region = ObjectSpec(
+            "fixture/region", "region", scale=1.0, mass=1.0, friction=1.0, rgba=(0.2, 0.7, 0.3, 1.0)
+        )
+        poses = [
+            Pose(round(tx, 4), round(ty, 4), round(uniform(rng, sp["target_yaw"]), 4)),
+            Pose(round(gx, 4), round(gy, 4), 0.0),
+        ]
         dobj, dpose = cls._distractors(rng, catalog, split, sp, [(tx, ty, 0.06), (gx, gy, 0.08)])
         names = {"target": describe(target), "goal": "green target area"}
-        task = cls._task(rng, split, variant, {"target": 0, "goal": 1}, names, goal=(round(gx, 4), round(gy, 4)))
+        task = cls._task(
+            rng, split, variant, {"target": 0, "goal": 1}, names, goal=(round(gx, 4), round(gy, 4))
+        )
         return cls._spec(task, [target, region, *dobj], poses + dpose)
 
     @classmethod
@@ -101,8 +126,12 @@ class Push(Family):
 
     @classmethod
     def phases(cls, variant: str) -> list[Phase]:
-        return [Phase("reach", _behind), Phase("contact", _contact), Phase("push", _halfway),
-                Phase("arrive", _arrived)]
+        return [
+            Phase("reach", _behind),
+            Phase("contact", _contact),
+            Phase("push", _halfway),
+            Phase("arrive", _arrived),
+        ]
 
     @classmethod
     def success(cls, state: State, ctx: SceneContext) -> bool:
@@ -111,8 +140,10 @@ class Push(Family):
     @classmethod
     def role_features(cls, state: State, ctx: SceneContext):
         i, g = ctx.bindings["target"], ctx.bindings["goal"]
-        slots = [slot(state["obj_pos"][i], yaw_of(state["obj_quat"][i]), ctx.half_extents[i]),
-                 slot(state["obj_pos"][g], 0.0, ctx.half_extents[g])]
+        slots = [
+            slot(state["obj_pos"][i], yaw_of(state["obj_quat"][i]), ctx.half_extents[i]),
+            slot(state["obj_pos"][g], 0.0, ctx.half_extents[g]),
+        ]
         return slots, np.array([*_goal(ctx), GOAL_TOL, 0.0])
 
     @classmethod

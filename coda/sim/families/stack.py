@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 
 from coda.sim.families.base import (
-    Family, Phase, SceneContext, State, Waypoint, WaypointPlanner, grasp_yaw, slot, uniform, yaw_of,
+    Family,
+    Phase,
+    SceneContext,
+    State,
+    Waypoint,
+    WaypointPlanner,
+    grasp_yaw,
+    slot,
+    uniform,
+    yaw_of,
 )
 from coda.sim.families.naming import describe
-from coda.sim.families.pick_place import CARRY_Z, LIFT, _grasped
+from coda.sim.families.pick_place import CARRY_Z, _grasped, grasp, lift, reach
 from coda.sim.scene import Pose, SceneSpec, SceneSpecError
 
 CENTER_TOL = 0.012  # "on_center": the top block's centre within this of the base's
@@ -19,21 +29,6 @@ CENTER_TOL = 0.012  # "on_center": the top block's centre within this of the bas
 def _tops(st: State, ctx: SceneContext):
     t, b = ctx.bindings["top"], ctx.bindings["base"]
     return st["obj_pos"][t], st["obj_pos"][b], ctx.half_extents[t], ctx.half_extents[b]
-
-
-def _reach(st: State, ctx: SceneContext) -> bool:
-    t = ctx.bindings["top"]
-    d = st["ee_pos"] - st["obj_pos"][t]
-    return math.hypot(d[0], d[1]) < 0.03 and d[2] < ctx.half_extents[t][2] + 0.03
-
-
-def _grasp(st: State, ctx: SceneContext) -> bool:
-    return _grasped(st, ctx.bindings["top"])
-
-
-def _lift(st: State, ctx: SceneContext) -> bool:
-    t = ctx.bindings["top"]
-    return _grasped(st, t) and st["obj_pos"][t][2] > ctx.init_pos[t][2] + LIFT
 
 
 def _xy_tol(ctx: SceneContext, hb: np.ndarray) -> float:
@@ -59,8 +54,18 @@ class Stack(Family):
     roles = ("top", "base")
     variants = ("on", "on_center")
     goal_dim = 0
-    factors = ("top_position", "top_yaw", "base_position", "base_yaw", "scale", "mass", "friction",
-               "distractors", "instance", "instruction")
+    factors = (
+        "top_position",
+        "top_yaw",
+        "base_position",
+        "base_yaw",
+        "scale",
+        "mass",
+        "friction",
+        "distractors",
+        "instance",
+        "instruction",
+    )
     templates = (
         "stack the {top} on the {base}",
         "put the {top} on top of the {base}",
@@ -87,8 +92,10 @@ class Stack(Family):
             bx, by = uniform(rng, sp["base_x"]), uniform(rng, sp["base_y"])
             if math.hypot(tx - bx, ty - by) > 0.12:
                 break
-        poses = [Pose(round(tx, 4), round(ty, 4), round(uniform(rng, sp["top_yaw"]), 4)),
-                 Pose(round(bx, 4), round(by, 4), round(uniform(rng, sp["base_yaw"]), 4))]
+        poses = [
+            Pose(round(tx, 4), round(ty, 4), round(uniform(rng, sp["top_yaw"]), 4)),
+            Pose(round(bx, 4), round(by, 4), round(uniform(rng, sp["base_yaw"]), 4)),
+        ]
         dobj, dpose = cls._distractors(rng, catalog, split, sp, [(tx, ty, 0.05), (bx, by, 0.05)])
         variant = str(rng.choice(sp["variants"]))
         names = {"top": describe(top), "base": describe(base)}
@@ -105,8 +112,13 @@ class Stack(Family):
 
     @classmethod
     def phases(cls, variant: str) -> list[Phase]:
-        return [Phase("reach", _reach), Phase("grasp", _grasp), Phase("lift", _lift), Phase("align", _align),
-                Phase("place", _stacked)]
+        return [
+            Phase("reach", partial(reach, role="top")),
+            Phase("grasp", partial(grasp, role="top")),
+            Phase("lift", partial(lift, role="top")),
+            Phase("align", _align),
+            Phase("place", _stacked),
+        ]
 
     @classmethod
     def success(cls, state: State, ctx: SceneContext) -> bool:
