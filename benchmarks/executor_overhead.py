@@ -11,6 +11,12 @@ pool start-up cost is amortised; the configurations are timed round-robin
 ``--repeats`` times and the best run of each is kept, to dampen noise from other
 processes on the machine.  ``job_s`` is the measured inline duration of one job.
 
+One extra key, ``machine_scaling_2``, is the same ratio for two bare interpreters that
+run half the jobs each with no executor at all (vs. inline): the ceiling for
+``scaling_2`` that the machine offers at that moment.  On a shared 2-core box where
+other processes also compete for CPU it drops well below 2; read ``scaling_2``
+against it.
+
     python benchmarks/executor_overhead.py [--jobs 20] [--job-s 0.2] [--repeats 3]
 """
 
@@ -19,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -46,6 +53,31 @@ def _calibrate(job_s: float) -> int:
         n *= 2
 
 
+_BARE = """
+import sys
+
+def busy(n_iter):  # same loop as busy() above; locals, not module globals
+    acc = 0
+    for i in range(n_iter):
+        acc = (acc + i * i) % 1_000_003
+    return acc
+
+for _ in range(int(sys.argv[2])):
+    busy(int(sys.argv[1]))
+"""
+
+
+def _bare2(jobs: list[int]) -> None:
+    """Two plain interpreters, half of the jobs each, no executor (machine baseline)."""
+    half = len(jobs) // 2
+    procs = [
+        subprocess.Popen([sys.executable, "-S", "-c", _BARE, str(jobs[0]), str(k)])
+        for k in (half, len(jobs) - half)
+    ]
+    for p in procs:
+        p.wait()
+
+
 def _measure(jobs: list[int], repeats: int) -> dict[str, float]:
     """Best-of-`repeats` throughput per configuration, interleaved round-robin so that
     load from other processes on the machine hits every configuration alike."""
@@ -61,6 +93,9 @@ def _measure(jobs: list[int], repeats: int) -> dict[str, float]:
                 res = ex.map(busy, jobs, desc=name)
                 best[name] = min(best[name], time.perf_counter() - t0)
                 assert all(r.ok for r in res), [r.error for r in res if not r.ok]
+            t0 = time.perf_counter()
+            _bare2(jobs)
+            best["bare2"] = min(best.get("bare2", float("inf")), time.perf_counter() - t0)
     finally:
         for ex in executors.values():
             ex.close()
@@ -85,6 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
         "local1_jobs_per_s": round(local1, 3),
         "local2_jobs_per_s": round(local2, 3),
         "scaling_2": round(local2 / local1, 3),
+        "machine_scaling_2": round(tput["bare2"] / inline, 3),
     }
     print(json.dumps(out))
     return out

@@ -645,7 +645,7 @@ class RayExecutor(_ExecutorBase):
         if self._closed:
             raise RuntimeError("executor is closed")
         ray = self._ray
-        from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+        from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 
         jobs = list(jobs)
         n = len(jobs)
@@ -714,14 +714,17 @@ class RayExecutor(_ExecutorBase):
                     busy[ref] = (slot, index, time.monotonic() + self.timeout_s)
                 deadlines = [d for _, _, d in busy.values()] + [d for _, d in starting.values()]
                 timeout = min(1.0, max(0.0, min(deadlines, default=time.monotonic()) - time.monotonic()))
-                done, _ = ray.wait(list(busy) + list(starting), num_returns=1, timeout=timeout)
+                refs = list(busy) + list(starting)
+                if not refs:  # cannot happen (an actor is always busy or starting); be safe
+                    raise RuntimeError("executor bookkeeping error: no actor busy or starting")
+                done, _ = ray.wait(refs, num_returns=1, timeout=timeout)
 
                 for ref in done:
                     if ref in starting:
                         slot, _ = starting.pop(ref)
                         try:
                             init_error = ray.get(ref, timeout=30)
-                        except (RayActorError, RayTaskError, GetTimeoutError) as exc:
+                        except RayError as exc:
                             if getattr(exc, "actor_init_failed", False):
                                 # The actor's __init__ raised although it catches the
                                 # initializer's exceptions: its arguments could not be
@@ -754,6 +757,12 @@ class RayExecutor(_ExecutorBase):
                                 index, False, None, f"exception: {_ray_error_text(exc)}", attempts[index]
                             ),
                         )
+                    except RayError as exc:
+                        # Anything else from Ray (object lost, worker OOM-killed, ...):
+                        # treat like a crash, on a fresh actor.
+                        start(slot)
+                        attempt_failed(index, f"crash: worker died ({_ray_error_text(exc)})")
+                        continue
                     else:
                         if status == "ok":
                             finish(index, JobResult(index, True, payload, None, attempts[index]))
