@@ -1,0 +1,195 @@
+"""Backbone A (our stand-in for pi0.5): a small transformer with a flow-matching action-chunk head.
+
+Tokens: the normalised 50-D observation is split into proprioception, one token per object role slot and
+a goal/family token (`obs_split`), plus one projected instruction token (the context), and h noisy action
+tokens carrying the flow time. As in pi0, attention is block-causal: context tokens attend to the context,
+action tokens to everything; the outputs at the action tokens are the velocity field. The context is thus
+computed once per decision and shared by all candidates and integration steps.
+
+Training uses conditional flow matching (rectified flow): with noise ε ~ N(0, I), action chunk a and
+t ~ U(0, 1), x_t = (1 - t) ε + t a and the network regresses the velocity a - ε. Sampling integrates
+dx/dt = v(x, t) from x_0 = ε to t = 1 with `flow_steps` Euler steps and clips to [-1, 1].
+
+The blocks are written out (pre-norm, separate q/k/v/out projections) rather than using
+``nn.TransformerEncoderLayer``, whose fused eval-mode path silently skips LoRA on its linears.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from coda.config import ConfigError
+from coda.learn.policies.base import (
+    ChunkPolicy,
+    PolicyConfig,
+    check_int,
+    init_weights,
+    seeded_init,
+)
+
+# proprio (ee_pos 3, ee_quat 4, grip 1, q 7) | 3 role slots x 9 | goal 4 + family one-hot 4
+DEFAULT_OBS_SPLIT = (15, 9, 9, 9, 8)
+
+
+@dataclass(frozen=True)
+class FlowConfig(PolicyConfig):
+    # defaults keep a j=8 decision at a few ms on one core (benchmarks/policy_speed.py)
+    d_model: int = 96  # token width
+    n_layers: int = 2  # transformer blocks
+    n_heads: int = 4  # attention heads (must divide d_model)
+    mlp_ratio: int = 2  # hidden width of each block's MLP, in units of d_model
+    obs_split: tuple[int, ...] = DEFAULT_OBS_SPLIT  # observation token sizes, in vector order; sum = obs_dim
+    flow_steps: int = 5  # Euler steps when sampling
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key in ("d_model", "n_layers", "n_heads", "mlp_ratio", "flow_steps"):
+            check_int(key, getattr(self, key), 1)
+        if self.d_model % self.n_heads:
+            raise ConfigError("n_heads", f"must divide d_model={self.d_model}, got {self.n_heads}")
+        object.__setattr__(self, "obs_split", tuple(self.obs_split))  # JSON gives a list
+        for size in self.obs_split:
+            check_int("obs_split", size, 1)
+        if sum(self.obs_split) != self.obs_dim:
+            raise ConfigError("obs_split", f"sizes must sum to obs_dim={self.obs_dim}, got {self.obs_split}")
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block (x + attn(ln(x)), then x + mlp(ln(x))) with block-causal attention.
+
+    Context tokens attend only to context tokens, so their keys and values do not depend on the noisy
+    actions or the flow time: `sample` computes them once per observation and reuses them for every
+    Euler step and every candidate. Action tokens attend to the context and to each other.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, mlp_ratio: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.fc1 = nn.Linear(d_model, mlp_ratio * d_model)
+        self.fc2 = nn.Linear(mlp_ratio * d_model, d_model)
+
+    def heads(self, x: Tensor) -> Tensor:  # (B, T, d) -> (B, H, T, d / H)
+        b, t, d = x.shape
+        return x.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2)
+
+    def attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        y = F.scaled_dot_product_attention(q, k, v)
+        x = x + self.out_proj(y.transpose(1, 2).reshape(x.shape))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+    def context_forward(self, c: Tensor, last: bool = False) -> tuple[Tensor | None, Tensor, Tensor]:
+        """Context tokens (B, C, d) -> (next layer's tokens, keys, values (B, H, C, d/H)).
+
+        The last block's context outputs feed nothing (actions only read its keys and values): skipped.
+        """
+        h = self.ln1(c)
+        k, v = self.heads(self.k_proj(h)), self.heads(self.v_proj(h))
+        return None if last else self.attend(c, self.heads(self.q_proj(h)), k, v), k, v
+
+    def action_forward(self, a: Tensor, k_context: Tensor, v_context: Tensor) -> Tensor:
+        """Action tokens (N, h, d) attending to themselves and the context keys/values (N, H, C, d/H)."""
+        h = self.ln1(a)
+        k = torch.cat([k_context, self.heads(self.k_proj(h))], dim=2)
+        v = torch.cat([v_context, self.heads(self.v_proj(h))], dim=2)
+        return self.attend(a, self.heads(self.q_proj(h)), k, v)
+
+
+def time_features(t: Tensor, dim: int) -> Tensor:
+    """Sinusoidal features of flow time t in [0, 1]: (B,) -> (B, dim)."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(1000.0) * torch.arange(half, dtype=t.dtype) / half)
+    angles = 1000.0 * t[:, None] * freqs[None]  # the highest frequency resolves steps of ~1e-3
+    return torch.cat([angles.sin(), angles.cos()], dim=-1)
+
+
+class FlowPolicy(ChunkPolicy):
+    name = "flow"
+    config_class = FlowConfig
+    lora_targets = ("q_proj", "k_proj", "v_proj", "out_proj", "fc1", "fc2")
+
+    def __init__(self, config: FlowConfig | None = None) -> None:
+        config = config or FlowConfig()
+        super().__init__(config)
+        c = config
+        with seeded_init(c.seed):
+            self.obs_in = nn.ModuleList(nn.Linear(size, c.d_model) for size in c.obs_split)
+            self.instr_in = nn.Linear(c.instr_dim, c.d_model)
+            self.action_in = nn.Linear(c.action_dim, c.d_model)
+            self.action_pos = nn.Parameter(0.02 * torch.randn(c.horizon, c.d_model))
+            self.time_mlp = nn.Sequential(
+                nn.Linear(c.d_model, c.d_model), nn.SiLU(), nn.Linear(c.d_model, c.d_model)
+            )
+            self.blocks = nn.ModuleList(Block(c.d_model, c.n_heads, c.mlp_ratio) for _ in range(c.n_layers))
+            self.ln_out = nn.LayerNorm(c.d_model)
+            self.action_out = nn.Linear(c.d_model, c.action_dim)
+            self.apply(init_weights)
+
+    def context(self, obs: Tensor, instr_emb: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Per-layer context keys and values [(B, H, C, d/H)] * n_layers from the observation and instruction."""
+        parts = self.normalize_obs(obs).split(self.config.obs_split, dim=-1)
+        tokens = [proj(part) for proj, part in zip(self.obs_in, parts)] + [self.instr_in(instr_emb.float())]
+        c = torch.stack(tokens, dim=1)  # (B, C, d), C = len(obs_split) + 1
+        kv = []
+        for i, block in enumerate(self.blocks):
+            c, k, v = block.context_forward(c, last=i == len(self.blocks) - 1)
+            kv.append((k, v))
+        return kv
+
+    def time_tokens(self, t: Tensor) -> Tensor:
+        """Flow-time and position embedding added to the action tokens: t (M,) -> (M, h, d)."""
+        return self.action_pos + self.time_mlp(time_features(t, self.config.d_model))[:, None]
+
+    def velocity(self, kv: list[tuple[Tensor, Tensor]], x_t: Tensor, time_tokens: Tensor) -> Tensor:
+        """Velocity field: context keys/values, x_t (N, h, 7), time_tokens (N or 1, h, d) -> (N, h, 7)."""
+        a = self.action_in(x_t) + time_tokens  # (N, h, d)
+        for block, (k, v) in zip(self.blocks, kv):
+            a = block.action_forward(a, k, v)
+        return self.action_out(self.ln_out(a))
+
+    def loss(
+        self,
+        batch: dict[str, Tensor],
+        weights: Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        obs, instr, chunk = batch["obs"], batch["instr"], batch["chunk"].float()
+        self.check_inputs(obs, instr)
+        b = obs.shape[0]
+        w = self.per_sample_weights(weights, b)
+        noise = torch.randn(chunk.shape, generator=generator)
+        t = torch.rand(b, generator=generator)
+        x_t = (1.0 - t[:, None, None]) * noise + t[:, None, None] * chunk
+        pred = self.velocity(self.context(obs, instr), x_t, self.time_tokens(t))
+        per_sample = (pred - (chunk - noise)).pow(2).mean(dim=(1, 2))  # (B,)
+        return (w * per_sample).mean()
+
+    @torch.no_grad()
+    def sample(
+        self, obs: Tensor, instr_emb: Tensor, j: int, generator: torch.Generator | None = None
+    ) -> Tensor:
+        self.check_inputs(obs, instr_emb)
+        c = self.config
+        b = obs.shape[0]
+        # the context is computed once per observation and shared by all j candidates and Euler steps
+        kv = [
+            (k.repeat_interleave(j, dim=0), v.repeat_interleave(j, dim=0))
+            for k, v in self.context(obs, instr_emb)
+        ]
+        x = torch.randn(b * j, c.horizon, c.action_dim, generator=generator)
+        dt = 1.0 / c.flow_steps
+        # every row shares the flow time of a step, so each step's time tokens are embedded once
+        time_tokens = self.time_tokens(dt * torch.arange(c.flow_steps, dtype=torch.float32))  # (steps, h, d)
+        for step in range(c.flow_steps):
+            x = x + dt * self.velocity(kv, x, time_tokens[step : step + 1])
+        return x.clamp(-1.0, 1.0).view(b, j, c.horizon, c.action_dim)

