@@ -113,28 +113,11 @@ def _format_exception(exc: BaseException) -> str:
     return f"{name}: {msg}" if msg else name
 
 
-class _NullBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
 def _progress(total: int, desc: str):
-    """tqdm bar over jobs; disabled when stderr is not a TTY or CODA_NO_PROGRESS=1."""
-    if os.environ.get("CODA_NO_PROGRESS", "") == "1":
-        return _NullBar()
-    try:
-        if not sys.stderr.isatty():
-            return _NullBar()
-    except (AttributeError, ValueError):
-        return _NullBar()
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover
-        return _NullBar()
-    return tqdm(total=total, desc=desc or None, unit="job", dynamic_ncols=True, leave=False)
+    """tqdm bar over jobs (see coda.progress)."""
+    from coda.progress import progress
+
+    return progress(total=total, desc=desc, unit="job")
 
 
 class _ExecutorBase:

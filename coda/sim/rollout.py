@@ -33,6 +33,8 @@ STATE_KEYS = (
     "robot_contact",
     "art_q",
     "handle_pos",
+    "target_pos",
+    "target_quat",
 )
 
 

@@ -79,6 +79,9 @@ class World:
         self.ik_threshold = ik_threshold
         self.client = p.connect(p.DIRECT)
         c = self.client
+        from coda.sim.assets import clear_caches
+
+        clear_caches(c)  # pybullet reuses the ids of disconnected clients: forget shapes cached for an old one
         p.setTimeStep(1.0 / physics_hz, physicsClientId=c)
         p.setGravity(0, 0, -9.81, physicsClientId=c)
         # sort contact pairs so that a scene simulates identically whatever was loaded and removed before it
@@ -356,6 +359,8 @@ class World:
             "robot_contact": robot_contact,
             "art_q": np.array(art_q, dtype=np.float64),
             "handle_pos": np.array(handle_pos, dtype=np.float64).reshape(-1, 3),
+            "target_pos": self.target_pos.copy(),  # the controller's integrated target (privileged)
+            "target_quat": self.target_quat.copy(),
         }
 
     def cameras(self) -> np.ndarray:

@@ -286,8 +286,11 @@ class WaypointPlanner:
     pursue given the state; lets the planner recover when e.g. an object is nudged).
     """
 
-    def __init__(self, ctx: SceneContext) -> None:
+    def __init__(self, ctx: SceneContext, *, sync_to_controller: bool = False) -> None:
         self.ctx = ctx
+        # re-read the controller's target at every chunk start (needed when the executed actions differ from
+        # ours, e.g. noise injected for DART-style demonstrations); off by default
+        self.sync_to_controller = sync_to_controller
         self.index = 0
         self.held = 0
         self.steps_on = 0
@@ -302,7 +305,10 @@ class WaypointPlanner:
         """Policy interface: return a chunk of 8 normalised actions."""
         state = obs.state
         self.waypoints = self.plan(state)
-        if self.cmd_pos is None or np.linalg.norm(self.cmd_pos - state["ee_pos"]) > 0.03:
+        if self.sync_to_controller:
+            self.cmd_pos = np.array(state["target_pos"])
+            self.cmd_quat = np.array(state["target_quat"])
+        elif self.cmd_pos is None or np.linalg.norm(self.cmd_pos - state["ee_pos"]) > 0.03:
             # first call, or the controller clipped our target (arm blocked): re-sync to the measured pose
             self.cmd_pos = state["ee_pos"].copy()
             self.cmd_quat = np.array(state["ee_quat"])
