@@ -20,5 +20,12 @@ def enabled() -> bool:
 
 def progress(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "", unit: str = "it"):
     """A tqdm bar (a disabled one still supports `update` and `close`)."""
-    return tqdm(iterable, total=total, desc=desc or None, unit=unit, dynamic_ncols=True, leave=False,
-                disable=not enabled())
+    return tqdm(
+        iterable,
+        total=total,
+        desc=desc or None,
+        unit=unit,
+        dynamic_ncols=True,
+        leave=False,
+        disable=not enabled(),
+    )

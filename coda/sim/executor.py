@@ -44,7 +44,6 @@ import os
 import pickle
 import re
 import signal
-import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence

@@ -81,7 +81,9 @@ class World:
         c = self.client
         from coda.sim.assets import clear_caches
 
-        clear_caches(c)  # pybullet reuses the ids of disconnected clients: forget shapes cached for an old one
+        clear_caches(
+            c
+        )  # pybullet reuses the ids of disconnected clients: forget shapes cached for an old one
         p.setTimeStep(1.0 / physics_hz, physicsClientId=c)
         p.setGravity(0, 0, -9.81, physicsClientId=c)
         # sort contact pairs so that a scene simulates identically whatever was loaded and removed before it
