@@ -51,10 +51,14 @@ class Policy(Protocol):
 
 
 def observation_vector(state: dict[str, np.ndarray], ctx: SceneContext) -> np.ndarray:
-    """Fixed-length state observation shared by every family (OBS_DIM floats)."""
+    """Fixed-length state observation shared by every family (OBS_DIM floats).
+
+    Role-slot positions are given relative to the end effector (egocentric), which is what a policy needs
+    to act on; the absolute end-effector pose is in the proprioceptive part.
+    """
     family = REGISTRY[ctx.family]
     slots, goal = family.role_features(state, ctx)
-    slots = list(slots)[:N_ROLE_SLOTS]
+    slots = [np.concatenate([s[:3] - state["ee_pos"], s[3:]]) for s in list(slots)[:N_ROLE_SLOTS]]
     slots += [np.zeros(9)] * (N_ROLE_SLOTS - len(slots))
     onehot = np.zeros(len(FAMILY_INDEX))
     onehot[FAMILY_INDEX[ctx.family]] = 1.0
@@ -170,12 +174,15 @@ def run_episode(
     chunk_starts: list[int] = []
     # a scene can start solved (e.g. the object already in the goal): the verifier decides at step 0
     success_step = 0 if family.success(state, ctx) else None
+    policy_s = 0.0  # time spent inside policy.act (the policy's compute, not the engine's)
     for _ in range(0 if success_step == 0 and stop_on_success else max_chunks):
         chunk_starts.append(len(actions))
         images = world.cameras() if world.render else None
+        t_policy = time.perf_counter()
         chunk = np.asarray(
             policy.act(Observation(obs[-1], scene.task.instruction, state, images)), dtype=np.float64
         )
+        policy_s += time.perf_counter() - t_policy
         if chunk.ndim != 2 or chunk.shape[1] != 7:
             raise ValueError(f"policy returned a chunk of shape {chunk.shape}; expected (h, 7)")
         for a in chunk:
@@ -207,6 +214,7 @@ def run_episode(
         success_step=success_step,
         physics_steps=world.steps - steps0,
         wall_s=time.perf_counter() - t0,
+        meta={"policy_s": policy_s},
     )
 
 
