@@ -115,6 +115,36 @@ def validity_counts(
     return counts
 
 
+def run_sft_command(cfg, data_dir: Path, out: Path, workers: int | None) -> dict:
+    import torch
+
+    from coda.learn.train import run_sft
+
+    torch.set_num_threads(1)
+    s = cfg.sft
+    ex = _executor(cfg, data_dir, workers)
+    try:
+        return run_sft(
+            data_dir,
+            out,
+            backbone=s.backbone,
+            demos_per_family=s.demos_per_family,
+            noise=s.noise,
+            epochs=s.epochs,
+            batch_size=s.batch_size,
+            lr=s.lr,
+            eval_id_per_family=s.eval_id_per_family,
+            eval_ood_per_suite=s.eval_ood_per_suite,
+            seed=cfg.seed,
+            families=cfg.data.families,
+            executor=ex,
+            max_chunks=cfg.sim.max_chunks,
+            demo_repeats=s.demo_repeats,
+        )
+    finally:
+        ex.close()
+
+
 # -- data ------------------------------------------------------------------------------------------------
 def data_ensure(data_dir: Path, dvc_file: Path, cfg) -> str:
     """Make `data_dir` match `dvc_file`: keep it, pull it from the DVC remote, or rebuild and verify it."""
@@ -144,10 +174,19 @@ def data_ensure(data_dir: Path, dvc_file: Path, cfg) -> str:
 
 # -- entry point -------------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="coda", description=__doc__)
-    ap.add_argument("--params", default="params.yaml", help="params file (default: params.yaml)")
-    ap.add_argument("--profile", default=None, help="override base.profile")
+    # --params/--profile are accepted before or after the subcommand (`coda sft --profile smoke ...`)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--params", default=argparse.SUPPRESS, help="params file (default: params.yaml)")
+    common.add_argument("--profile", default=argparse.SUPPRESS, help="override base.profile")
+    ap = argparse.ArgumentParser(prog="coda", description=__doc__, parents=[common])
+    ap.set_defaults(params="params.yaml", profile=None)
     sub = ap.add_subparsers(dest="cmd", required=True)
+    _add = sub.add_parser
+
+    def add_parser(name, **kw):
+        return _add(name, parents=[common], **kw)
+
+    sub.add_parser = add_parser
 
     d = sub.add_parser("data", help="build, check or describe data/")
     dsub = d.add_subparsers(dest="data_cmd", required=True)
@@ -178,6 +217,11 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--data", default="data")
     sc.add_argument("--workers", type=int, default=None)
     sc.add_argument("--json", action="store_true")
+
+    sft = sub.add_parser("sft", help="SFT on planner demonstrations; writes DIR/policy and DIR/metrics.json")
+    sft.add_argument("--out", required=True)
+    sft.add_argument("--data", default="data")
+    sft.add_argument("--workers", type=int, default=None)
 
     bench = sub.add_parser("bench", help="benchmarks (print JSON)")
     bench.add_argument("what", choices=["sim"])
@@ -253,6 +297,9 @@ def run(argv: list[str] | None = None) -> int:
         (family,) = _families(args.family)
         counts = validity_counts(Path(args.data), family, args.n, args.split, cfg.seed, args.workers, cfg)
         print(json.dumps(counts) if args.json else counts)
+    elif args.cmd == "sft":
+        _need_data(Path(args.data))
+        print(json.dumps(run_sft_command(cfg, Path(args.data), Path(args.out), args.workers)))
     elif args.cmd == "bench":
         bench = Path(__file__).resolve().parent.parent / "benchmarks" / "sim_throughput.py"
         return subprocess.call([sys.executable, str(bench), "--json", "--data", args.data])

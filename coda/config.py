@@ -190,6 +190,37 @@ class PlannerConfig:
         object.__setattr__(self, "ik_threshold", _check_float("ik_threshold", self.ik_threshold, above=0))
 
 
+BACKBONES = ("flow", "regression")
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """Supervised fine-tuning on planner demonstrations (the paper's starting point)."""
+
+    backbone: str = "flow"  # policy backbone: "flow" (pi0.5 stand-in) or "regression" (OpenVLA-OFT stand-in)
+    demos_per_family: int = 100  # seed scenes per family demonstrated by the planner (the first ones)
+    demo_repeats: int = 2  # demonstrations per seed scene, each with its own execution noise
+    noise: float = 0.1  # std of the Gaussian noise added to executed normalised actions (DART-style)
+    epochs: int = 60  # passes over the chunk dataset
+    batch_size: int = 256  # chunks per gradient step
+    lr: float = 1e-3  # AdamW learning rate (cosine decay)
+    eval_id_per_family: int = 25  # held-back seed scenes per family for in-distribution success
+    eval_ood_per_suite: int = 25  # held-out scenes per suite per family for OOD success
+
+    def __post_init__(self) -> None:
+        _check_choice("backbone", self.backbone, BACKBONES)
+        _check_int("demos_per_family", self.demos_per_family, minimum=1)
+        _check_int("demo_repeats", self.demo_repeats, minimum=1)
+        object.__setattr__(self, "noise", _check_float("noise", self.noise, above=None))
+        if self.noise < 0:
+            raise ConfigError("noise", f"expected a number >= 0, got {self.noise}")
+        _check_int("epochs", self.epochs, minimum=1)
+        _check_int("batch_size", self.batch_size, minimum=1)
+        object.__setattr__(self, "lr", _check_float("lr", self.lr, above=0))
+        _check_int("eval_id_per_family", self.eval_id_per_family, minimum=0)
+        _check_int("eval_ood_per_suite", self.eval_ood_per_suite, minimum=0)
+
+
 @dataclass(frozen=True)
 class Config:
     """The parameters of one run: ``base`` plus the sections of the selected profile."""
@@ -199,6 +230,7 @@ class Config:
     data: DataConfig
     sim: SimConfig
     planner: PlannerConfig
+    sft: SFTConfig
 
     def __post_init__(self) -> None:
         _check_int("seed", self.seed, minimum=0)

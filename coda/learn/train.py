@@ -152,7 +152,7 @@ def train_sft(
             opt.step()
             sched.step()
             counter.step()
-            total += float(loss)
+            total += float(loss.detach())
         losses.append(total / steps_per_epoch)
     policy.eval()
     return SFTResult(losses, counter.value, time.perf_counter() - t0)
@@ -216,6 +216,7 @@ def run_sft(
     executor,
     max_chunks: int = 12,
     policy_kwargs: dict | None = None,
+    demo_repeats: int = 1,
 ) -> dict:
     """Collect demonstrations, train a policy by SFT, evaluate ID (held-back seed scenes) and OOD (suites)."""
     from coda import data
@@ -230,10 +231,12 @@ def run_sft(
                 f"sft: {f} has {len(s)} seed scenes; demos_per_family + eval_id_per_family "
                 f"= {demos_per_family + eval_id_per_family}"
             )
+    # each seed scene is demonstrated `demo_repeats` times with independent execution noise
     jobs = [
-        (s.to_json(), noise, seed * 100_003 + i)
+        (s.to_json(), noise, seed * 100_003 + r * 10_007 + i)
         for f in families
         for i, s in enumerate(seeds[f][:demos_per_family])
+        for r in range(demo_repeats)
     ]
     t0 = time.perf_counter()
     demos = [r.value for r in executor.map(demo_job, jobs, desc="demonstrations") if r.ok]
