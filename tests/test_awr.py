@@ -1,10 +1,15 @@
 """AWR over sampled chunks and the critic-guided decision rule, on tiny models and synthetic tensors.
 
-A planted critic Q(s, a) = −‖a − c*‖² (mean over the chunk) makes the chunk c* the high-advantage
-action at every state; AWR must move the policy's samples towards it, for both backbones, with full
-fine-tuning and with LoRA adapters (then only adapter weights may change).
+A planted critic values a chunk mostly by how close its net displacement (the mean action over the
+chunk) is to a goal g, plus a weaker pull of every action to g, so the constant chunk c* = (g, ..., g)
+has the highest Q at every state; AWR must move the policy's samples towards it, for both backbones,
+with full fine-tuning and with LoRA adapters (then only adapter weights may change). The planted Q is
+dominated by 7 numbers rather than all 56 of the chunk: with j=8 candidates a plain 56-D distance gives
+each dimension a weak selection signal (measured: the flow backbone's sample mean barely moves in 100
+updates while its spread shrinks).
 """
 
+import copy
 import functools
 from types import SimpleNamespace
 
@@ -59,6 +64,18 @@ class PlantedCritic(nn.Module):
         return -self.scale * (chunks - self.target).pow(2).mean(dim=(-2, -1))
 
 
+GOAL = torch.tensor([0.5, -0.4, 0.3, 0.0, 0.2, -0.3, 0.6])  # net displacement the planted critic prefers
+BEST = GOAL.expand(8, 7)  # c*: the chunk of highest planted value
+
+
+class DisplacementCritic(nn.Module):
+    """Q(s, a) = −mean_i (mean_t a_ti − g_i)² − 0.2 · mean (a − c*)²: highest (0) only at c*."""
+
+    def forward(self, obs, instr, chunks, mask=None):
+        displacement = (chunks.mean(dim=-2) - GOAL).pow(2).mean(dim=-1)
+        return -displacement - 0.2 * (chunks - BEST).pow(2).mean(dim=(-2, -1))
+
+
 def states(seed: int = 0):
     g = torch.Generator().manual_seed(seed)
     obs = torch.randn(N_STATES, 50, generator=g)
@@ -72,6 +89,11 @@ def target_chunk(seed: int = 1) -> torch.Tensor:
 
 def sft_policy(name: str):
     """A tiny policy briefly fitted to broad random chunks (a spread-out starting distribution, as after SFT)."""
+    return copy.deepcopy(_sft_policy(name))
+
+
+@functools.cache
+def _sft_policy(name: str):
     policy = make_policy(name, **TINY[name])
     batch, g = states(), torch.Generator().manual_seed(5)
     opt = torch.optim.Adam(policy.parameters(), lr=3e-3)
@@ -86,35 +108,45 @@ def sft_policy(name: str):
     return policy
 
 
+def samples(policy) -> torch.Tensor:
+    batch = states()
+    return policy.sample(batch["obs"], batch["instr"], 8, generator=torch.Generator().manual_seed(123))
+
+
 def distance(policy, chunk: torch.Tensor) -> float:
     """Mean squared distance of the policy's samples at the test states to `chunk`."""
-    batch = states()
-    samples = policy.sample(batch["obs"], batch["instr"], 8, generator=torch.Generator().manual_seed(123))
-    return (samples - chunk).pow(2).mean().item()
+    return (samples(policy) - chunk).pow(2).mean().item()
+
+
+def bias(policy, chunk: torch.Tensor) -> float:
+    """Mean squared distance of the policy's mean sample at each test state to `chunk`."""
+    return (samples(policy).mean(dim=1) - chunk).pow(2).mean().item()
 
 
 # -- AWR ---------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 @pytest.mark.parametrize("name", ["flow", "regression"])
 def test_awr_moves_samples_towards_the_planted_high_advantage_chunk(name, lora):
-    policy, target = sft_policy(name), target_chunk()
+    policy = sft_policy(name)
     if lora:
-        optimizer = prepare_lora(policy, rank=4, lr=1e-3 if name == "flow" else 1e-2)
+        optimizer = prepare_lora(policy, rank=4, lr=3e-3)
         before = {k: v.clone() for k, v in policy.state_dict().items()}
         base_before = base_sha256(policy)
     else:
-        optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
-    critic, counter, gen = PlantedCritic(target), UpdateCounter(), torch.Generator().manual_seed(0)
-    d0 = distance(policy, target)
-    for i in range(50):
+        optimizer = torch.optim.Adam(policy.parameters(), lr=3e-4 if name == "flow" else 1e-3)
+    critic, counter, gen = DisplacementCritic(), UpdateCounter(), torch.Generator().manual_seed(0)
+    displacement_error = lambda: (samples(policy).mean(dim=-2) - GOAL).pow(2).mean().item()
+    d0, bias0 = distance(policy, BEST), displacement_error()
+    for i in range(60):
         stats = awr_update(
-            policy, critic, states(), optimizer=optimizer, beta=0.02, counter=counter, generator=gen
+            policy, critic, states(), optimizer=optimizer, beta=0.01, counter=counter, generator=gen
         )
         assert counter.value == i + 1  # one policy update per call
         assert stats["weight_max"] <= 20.0 + 1e-4
         assert 1.0 <= stats["ess"] <= N_STATES * 8 + 1e-6
-    d1 = distance(policy, target)
-    assert d1 < 0.75 * d0, (d0, d1)
+    d1, bias1 = distance(policy, BEST), displacement_error()
+    assert bias1 < bias0 / 3, (bias0, bias1)  # the samples' net displacement moves to the goal
+    assert d1 < 0.5 * d0, (d0, d1)  # and the samples themselves towards c*
     assert abs(stats["mean_advantage"]) < 1e-5  # V(s) = mean Q of the candidates
     if lora:
         after = policy.state_dict()
@@ -149,17 +181,19 @@ def test_awr_weights_are_capped_and_favour_high_q():
         capped_weights(a, 1.0, 0.5)
 
 
-def test_imitation_pulls_towards_demonstrations():
+@pytest.mark.parametrize("name", ["flow", "regression"])
+def test_imitation_pulls_towards_demonstrations(name):
     demo_chunk = -target_chunk(seed=7)
     batch = states()
     demos = {**batch, "chunk": demo_chunk.expand(N_STATES, 8, 7)}
     flat = PlantedCritic(torch.zeros(8, 7), scale=0.0)  # Q = 0 everywhere: AWR alone has no preference
+    d_start = bias(sft_policy(name), demo_chunk)
     results = {}
     for with_demos in (False, True):
-        policy = make_policy("regression", **TINY["regression"])
-        optimizer = torch.optim.Adam(policy.parameters(), lr=3e-3)
+        policy = sft_policy(name)
+        optimizer = torch.optim.Adam(policy.parameters(), lr=1e-3)
         gen = torch.Generator().manual_seed(0)
-        for _ in range(30):
+        for _ in range(50):
             stats = awr_update(
                 policy,
                 flat,
@@ -169,10 +203,9 @@ def test_imitation_pulls_towards_demonstrations():
                 imitation_weight=2.0,
                 generator=gen,
             )
-        results[with_demos] = distance(policy, demo_chunk)
-        assert (stats["imitation_loss"] > 0) == with_demos
-    d_start = distance(make_policy("regression", **TINY["regression"]), demo_chunk)
-    assert results[True] < 0.3 * d_start and results[True] < 0.5 * results[False], (d_start, results)
+        results[with_demos] = bias(policy, demo_chunk)
+        assert (stats["imitation_loss"] != 0.0) == with_demos
+    assert results[True] < 0.2 * d_start and results[True] < 0.2 * results[False], (d_start, results)
 
 
 def test_policy_updater_trains_adapters_and_counts_updates():

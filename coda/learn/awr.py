@@ -47,6 +47,7 @@ from coda.learn.critic import (
     state_value,
 )
 from coda.learn.policies import ChunkPolicy, add_lora, merged_copy
+from coda.learn.text import get_encoder
 from coda.learn.train import UpdateCounter
 from coda.progress import progress
 
@@ -97,6 +98,8 @@ class CriticGuidedPolicy:
             raise ValueError(f"mode must be 'softmax' or 'argmax', got {mode!r}")
         if mode == "softmax" and not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
+        if seed < 0:
+            raise ValueError(f"seed must be >= 0, got {seed}")
         self.policy = (merged_copy(policy) if policy.lora is not None else policy).eval()
         self.critic = critic.eval()
         self.j, self.mode, self.temperature, self.seed = j, mode, float(temperature), int(seed)
@@ -109,13 +112,12 @@ class CriticGuidedPolicy:
         emb = self._instructions.get(instruction)
         if emb is None:
             if self._encode is None:
-                from coda.learn.text import get_encoder
-
                 self._encode = get_encoder().encode
             emb = self._instructions[instruction] = self._encode([instruction]).float().reshape(1, -1)
         return emb
 
     def reseed(self, obs: np.ndarray, instruction: str) -> torch.Generator:
+        """The generator, seeded for the decision at (obs, instruction)."""
         digest = hashlib.blake2b(digest_size=8)
         digest.update(self.seed.to_bytes(8, "little"))
         digest.update(instruction.encode())
