@@ -179,7 +179,6 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--params", default=argparse.SUPPRESS, help="params file (default: params.yaml)")
     common.add_argument("--profile", default=argparse.SUPPRESS, help="override base.profile")
     ap = argparse.ArgumentParser(prog="coda", description=__doc__, parents=[common])
-    ap.set_defaults(params="params.yaml", profile=None)
     sub = ap.add_subparsers(dest="cmd", required=True)
     _add = sub.add_parser
 
@@ -251,6 +250,10 @@ def run(argv: list[str] | None = None) -> int:
     from coda.config import load_params
 
     args = _parser().parse_args(argv)
+    # not set_defaults: the parent parser's actions are shared, and a default there would override the
+    # value given before the subcommand
+    args.params = getattr(args, "params", "params.yaml")
+    args.profile = getattr(args, "profile", None)
     cfg = load_params(args.params, args.profile)
     if args.cmd == "data":
         from coda import data
