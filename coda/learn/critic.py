@@ -44,6 +44,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from coda.config import ConfigError
+from coda.learn.policies.base import seeded_init
 from coda.sim.world import OBS_DIM
 
 EMBED_DIM = 384  # coda.learn.text.EMBED_DIM (not imported: loading the encoder module is deferred)
@@ -171,8 +172,7 @@ class ChunkCritic(nn.Module):
     def __init__(self, config: CriticConfig | None = None) -> None:
         super().__init__()
         self.config = config = config or CriticConfig()
-        with torch.random.fork_rng(devices=[]):  # seeded initialisation without touching the global RNG
-            torch.manual_seed(config.seed)
+        with seeded_init(config.seed):  # seeded initialisation without touching the global RNG
             self._build(config)
 
     def _build(self, config: CriticConfig) -> None:
