@@ -197,11 +197,11 @@ BACKBONES = ("flow", "regression")
 class SFTConfig:
     """Supervised fine-tuning on planner demonstrations (the paper's starting point)."""
 
-    backbone: str = "flow"  # policy backbone: "flow" (pi0.5 stand-in) or "regression" (OpenVLA-OFT stand-in)
+    backbone: str = "regression"  # "flow" (pi0.5 stand-in) or "regression" (OpenVLA-OFT stand-in)
     demos_per_family: int = 100  # seed scenes per family demonstrated by the planner (the first ones)
-    demo_repeats: int = 2  # demonstrations per seed scene, each with its own execution noise
+    demo_repeats: int = 3  # demonstrations per seed scene, each with its own execution noise
     noise: float = 0.1  # std of the Gaussian noise added to executed normalised actions (DART-style)
-    epochs: int = 60  # passes over the chunk dataset
+    epochs: int = 100  # passes over the chunk dataset
     batch_size: int = 256  # chunks per gradient step
     lr: float = 1e-3  # AdamW learning rate (cosine decay)
     eval_id_per_family: int = 25  # held-back seed scenes per family for in-distribution success
