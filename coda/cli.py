@@ -221,6 +221,7 @@ def _parser() -> argparse.ArgumentParser:
     sft.add_argument("--out", required=True)
     sft.add_argument("--data", default="data")
     sft.add_argument("--workers", type=int, default=None)
+    sft.add_argument("--metrics-out", default=None, help="also write the metrics here (for DVC, tracked by git)")
 
     bench = sub.add_parser("bench", help="benchmarks (print JSON)")
     bench.add_argument("what", choices=["sim"])
@@ -302,7 +303,12 @@ def run(argv: list[str] | None = None) -> int:
         print(json.dumps(counts) if args.json else counts)
     elif args.cmd == "sft":
         _need_data(Path(args.data))
-        print(json.dumps(run_sft_command(cfg, Path(args.data), Path(args.out), args.workers)))
+        metrics = run_sft_command(cfg, Path(args.data), Path(args.out), args.workers)
+        if args.metrics_out:
+            from coda.learn.train import write_json
+
+            write_json(Path(args.metrics_out), metrics)
+        print(json.dumps(metrics))
     elif args.cmd == "bench":
         bench = Path(__file__).resolve().parent.parent / "benchmarks" / "sim_throughput.py"
         return subprocess.call([sys.executable, str(bench), "--json", "--data", args.data])
