@@ -217,22 +217,7 @@ class World:
             p.resetJointState(self.robot, j, q, physicsClientId=c)
         for j in FINGER_JOINTS:
             p.resetJointState(self.robot, j, GRIP_OPEN, physicsClientId=c)
-        p.setJointMotorControlArray(
-            self.robot,
-            ARM_JOINTS,
-            p.POSITION_CONTROL,
-            targetPositions=HOME_Q,
-            forces=ARM_FORCES,
-            physicsClientId=c,
-        )
-        p.setJointMotorControlArray(
-            self.robot,
-            FINGER_JOINTS,
-            p.POSITION_CONTROL,
-            targetPositions=[GRIP_OPEN] * 2,
-            forces=[FINGER_FORCE] * 2,
-            physicsClientId=c,
-        )
+        self._hold_home()
 
     def reset(self) -> None:
         """Restore the settled scene (cheap) and re-arm the controller at the current pose."""
@@ -241,9 +226,9 @@ class World:
         p.restoreState(self._saved, physicsClientId=self.client)
         self._arm_controller()
 
-    def _arm_controller(self) -> None:
+    def _hold_home(self) -> None:
+        """Position-control the arm to the home posture and the fingers open."""
         c = self.client
-        # motor targets are not part of the saved state; re-issue them
         p.setJointMotorControlArray(
             self.robot,
             ARM_JOINTS,
@@ -260,6 +245,10 @@ class World:
             forces=[FINGER_FORCE] * 2,
             physicsClientId=c,
         )
+
+    def _arm_controller(self) -> None:
+        c = self.client
+        self._hold_home()  # motor targets are not part of the saved state; re-issue them
         ls = p.getLinkState(self.robot, EE_LINK, computeForwardKinematics=True, physicsClientId=c)
         self.target_pos = np.array(ls[4])
         self.target_quat = np.array(ls[5])
