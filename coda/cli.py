@@ -146,6 +146,28 @@ def run_sft_command(cfg, data_dir: Path, out: Path, workers: int | None) -> dict
 
 
 # -- data ------------------------------------------------------------------------------------------------
+def run_method_command(cfg, args) -> dict:
+    from coda.coevolve import METHODS, run_method
+
+    if args.method not in METHODS:
+        raise UserError(f"--method: unknown method {args.method!r}; expected one of {', '.join(METHODS)}")
+    if not (Path(args.sft) / "policy" / "config.json").exists():
+        raise UserError(f"{args.sft}/policy: no SFT policy here; run `coda sft --out {args.sft}` first")
+    ex = _executor(cfg, Path(args.data), args.workers)
+    try:
+        return run_method(
+            cfg,
+            args.method,
+            seed=cfg.seed if args.seed is None else args.seed,
+            data_dir=Path(args.data),
+            sft_dir=Path(args.sft),
+            out=Path(args.out),
+            executor=ex,
+        )
+    finally:
+        ex.close()
+
+
 def data_ensure(data_dir: Path, dvc_file: Path, cfg) -> str:
     """Make `data_dir` match `dvc_file`: keep it, pull it from the DVC remote, or rebuild and verify it."""
     import yaml
@@ -221,7 +243,27 @@ def _parser() -> argparse.ArgumentParser:
     sft.add_argument("--out", required=True)
     sft.add_argument("--data", default="data")
     sft.add_argument("--workers", type=int, default=None)
-    sft.add_argument("--metrics-out", default=None, help="also write the metrics here (for DVC, tracked by git)")
+    sft.add_argument(
+        "--metrics-out", default=None, help="also write the metrics here (for DVC, tracked by git)"
+    )
+
+    run = sub.add_parser("run", help="run one co-evolution method end to end (resumes in DIR)")
+    run.add_argument(
+        "--method",
+        required=True,
+        help="sft, domain_rand, uniform, sr_guided, critic_no_memory, "
+        "coda, gen_store_only or train_store_only",
+    )
+    run.add_argument("--seed", type=int, default=None, help="run seed (default base.seed)")
+    run.add_argument("--out", required=True)
+    run.add_argument("--sft", default="runs/sft", help="directory holding the SFT policy (policy/)")
+    run.add_argument("--data", default="data")
+    run.add_argument("--workers", type=int, default=None)
+    run.add_argument("--metrics-out", default=None, help="also write the final metrics here")
+
+    from coda.memory.cli import add_memory_commands
+
+    add_memory_commands(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (print JSON)")
     bench.add_argument("what", choices=["sim"])
@@ -309,6 +351,18 @@ def run(argv: list[str] | None = None) -> int:
 
             write_json(Path(args.metrics_out), metrics)
         print(json.dumps(metrics))
+    elif args.cmd == "run":
+        _need_data(Path(args.data))
+        metrics = run_method_command(cfg, args)
+        if args.metrics_out:
+            from coda.learn.train import write_json
+
+            write_json(Path(args.metrics_out), metrics)
+        print(json.dumps({k: v for k, v in metrics.items() if k not in ("schedule_checks", "eval_outcomes")}))
+    elif args.cmd == "memory":
+        from coda.memory.cli import run_memory_command
+
+        return run_memory_command(args)
     elif args.cmd == "bench":
         bench = Path(__file__).resolve().parent.parent / "benchmarks" / "sim_throughput.py"
         return subprocess.call([sys.executable, str(bench), "--json", "--data", args.data])

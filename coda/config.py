@@ -221,6 +221,86 @@ class SFTConfig:
         _check_int("eval_ood_per_suite", self.eval_ood_per_suite, minimum=0)
 
 
+SCHEDULES = ("adaptive", "fixed")
+DIAGNOSERS = ("sim", "phase_only", "vlm")  # plus "noisy:<p>" (e.g. "noisy:0.2")
+COMPILERS = ("template", "hf", "openai")
+POTENTIALS = ("full", "sparse", "task_description", "no_refinement")
+
+
+@dataclass(frozen=True)
+class CoevolveConfig:
+    """Co-evolution rounds (paper §3.2–3.5, Appendix B); per family and round unless noted."""
+
+    rounds: int = 5  # co-evolution rounds (paper: 5, extended runs 15)
+    envs_per_family: int = 8  # targeted environments per family per round, plus as many controls (paper 64)
+    novel_share: float = 0.15  # share of the budget for novel environments (paper ε = 0.15)
+    replay_share: float = 0.10  # share of the budget for replaying stored environments (paper 0.10)
+    success_band: tuple[float, float] = (0.2, 0.8)  # success rates counted as "in the band"
+    validate_margin: float = 0.25  # a mode is validated when targeted success is this far below control
+    min_pairs: int = 2  # targeted/control pairs a mode needs before it can be validated or rejected
+    demos_per_family: int = 8  # planner demonstrations per family per round (same for every method)
+    critic_steps: int = 200  # critic TD updates per round
+    policy_updates: int = 150  # AWR policy updates per round (the cap under adaptive scheduling)
+    batch_size: int = 64  # states per AWR / critic update
+    j: int = 8  # candidate chunks per decision (paper j = 8)
+    temperature: float = 0.5  # softmax(Q/τ) temperature of the decision rule (paper 0.5)
+    gamma: float = 0.99  # discount per control step
+    lora_rank: int = 8  # rank of the LoRA adapters trained during co-evolution
+    lr: float = 1.0e-3  # AdamW learning rate of the adapters
+    beta: float = 1.0  # AWR temperature
+    imitation_weight: float = 1.0  # default weight of imitation on planner demonstrations
+    scheduling: str = "adaptive"  # "adaptive" (paper) or "fixed" (the ablation)
+    min_modes_in_band: int = 8  # adaptive: end a round when fewer modes than this remain in the band
+    plateau_points: float = 0.02  # adaptive: ... or in-band success moves less than this
+    plateau_updates: int = 2000  # adaptive: ... over this many policy updates
+    check_every: int = 50  # adaptive: policy updates between in-band success checks
+    diagnoser: str = "sim"  # "sim", "noisy:<p>", "phase_only" or "vlm"
+    compiler: str = "template"  # program compiler: "template", "hf" or "openai"
+    potential: str = "full"  # Text2potential variant (Table 4 rows)
+    eval_id_per_family: int = 10  # held-back seed scenes per family evaluated after every round
+    eval_ood_per_suite: int = 10  # held-out scenes per suite per family evaluated after every round
+
+    def __post_init__(self) -> None:
+        for key in ("rounds", "envs_per_family", "min_pairs", "critic_steps", "batch_size", "j"):
+            _check_int(key, getattr(self, key), minimum=1)
+        for key in ("demos_per_family", "policy_updates", "min_modes_in_band", "eval_id_per_family"):
+            _check_int(key, getattr(self, key), minimum=0)
+        for key in ("eval_ood_per_suite", "plateau_updates", "lora_rank", "check_every"):
+            _check_int(key, getattr(self, key), minimum=1 if key != "eval_ood_per_suite" else 0)
+        for key in ("temperature", "lr", "beta"):
+            object.__setattr__(self, key, _check_float(key, getattr(self, key), above=0))
+        for key in (
+            "novel_share",
+            "replay_share",
+            "validate_margin",
+            "gamma",
+            "imitation_weight",
+            "plateau_points",
+        ):
+            value = _check_float(key, getattr(self, key))
+            if not 0 <= value <= (1 if key != "imitation_weight" else 10):
+                raise ConfigError(
+                    key, f"expected a number in [0, {1 if key != 'imitation_weight' else 10}], got {value!r}"
+                )
+            object.__setattr__(self, key, value)
+        if self.novel_share + self.replay_share > 1:
+            raise ConfigError("replay_share", "novel_share + replay_share must be <= 1")
+        band = self.success_band
+        if not isinstance(band, list | tuple) or len(band) != 2:
+            raise ConfigError("success_band", f"expected [low, high], got {_got(band)}")
+        lo, hi = (_check_float(f"success_band[{i}]", v) for i, v in enumerate(band))
+        if not 0 <= lo < hi <= 1:
+            raise ConfigError("success_band", f"expected 0 <= low < high <= 1, got {list(band)}")
+        object.__setattr__(self, "success_band", (lo, hi))
+        _check_choice("scheduling", self.scheduling, SCHEDULES)
+        if not (isinstance(self.diagnoser, str) and self.diagnoser.startswith("noisy:")):
+            _check_choice("diagnoser", self.diagnoser, DIAGNOSERS)
+        elif not _parses_as_float(self.diagnoser[6:]) or not 0 <= float(self.diagnoser[6:]) <= 1:
+            raise ConfigError("diagnoser", f"noisy:<p> needs p in [0, 1], got {self.diagnoser!r}")
+        _check_choice("compiler", self.compiler, COMPILERS)
+        _check_choice("potential", self.potential, POTENTIALS)
+
+
 @dataclass(frozen=True)
 class Config:
     """The parameters of one run: ``base`` plus the sections of the selected profile."""
@@ -231,6 +311,7 @@ class Config:
     sim: SimConfig
     planner: PlannerConfig
     sft: SFTConfig
+    coevolve: CoevolveConfig
 
     def __post_init__(self) -> None:
         _check_int("seed", self.seed, minimum=0)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from coda import data
 from coda.learn.train import chunk_dataset, demo_job, eval_job, train_sft
@@ -55,10 +56,11 @@ def test_sft_on_a_handful_of_demos_succeeds_on_those_seeds(small_data, worker_wo
 
 
 def test_coda_sft_command(small_data, tmp_path):
-    params = (ROOT / "params.yaml").read_text()
-    params = params.replace("demos_per_family: 4", "demos_per_family: 2").replace("epochs: 3", "epochs: 2")
-    params = params.replace("eval_id_per_family: 2", "eval_id_per_family: 1")
-    (tmp_path / "params.yaml").write_text(params)
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["profiles"]["smoke"]["sft"].update(
+        demos_per_family=2, demo_repeats=1, epochs=2, eval_id_per_family=1, eval_ood_per_suite=1
+    )
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     out = tmp_path / "run"
     r = subprocess.run(
         [

@@ -1,0 +1,337 @@
+"""Memory-guided scene generation (paper §3.3) and the generation strategies of the baselines.
+
+A round's environment budget per family is ``2 · envs_per_family`` environments (paper: 64 targeted + 64
+control). Every strategy turns it into `EnvRequest`s, which `coda.engine.jobs.generate_job` builds in the
+workers:
+
+* ``memory`` (CoDA): ε = ``novel_share`` of the slots go to novel environments sampled from the generator
+  space, ``replay_share`` to stored environments, the rest to difficulty modes in proportion to their
+  allocation weight (`mode_weight`: candidate modes first need testing; validated modes get more the more
+  learning progress they show and the closer their success is to the middle of the success band). A mode's
+  slot is a *pair*: the mode's generation program applied to a base scene (targeted) and the same base scene
+  without the program's operations (control).
+* ``sr_guided``: closed loop on success rate only (PLR-style): environments whose estimated success
+  p = (s + 1) / (n + 2) is intermediate (weight p(1 − p)) are mutated along a random factor or replayed;
+  novel environments fill ε of the budget.
+* ``uniform``: every environment sampled uniformly from the generator space (open loop).
+* ``domain_rand``: seed scenes with every randomisable factor re-drawn around the seed value (open loop).
+
+`validate_mode` is the control experiment that decides whether a diagnosed difficulty is real.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from coda.engine.factors import FACTORS, PRIMARY_ROLE
+
+SPLIT_CODES = {"novel": 1, "targeted": 2, "control": 3, "replay": 4, "mutation": 5}
+
+
+@dataclass
+class EnvRequest:
+    """One environment to build; `pair` ties a targeted variant to its control."""
+
+    family: str
+    split: str  # novel | targeted | control | replay | mutation
+    seed: list[int]  # seeds the job's generator
+    base: str | None = None  # scene JSON the program applies to (or the stored scene itself)
+    program: dict | None = None  # generation program (targeted / mutation)
+    program_id: str | None = None  # lineage: the program of a targeted variant, or the one a control controls
+    mode_id: str | None = None
+    pair: int | None = None
+    base_hash: str | None = None
+    truth_factor: str | None = (
+        None  # the factor the program perturbs (ground truth, never shown to a diagnoser)
+    )
+
+    def job(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "split": self.split,
+            "seed": self.seed,
+            "base": self.base,
+            "program": self.program,
+        }
+
+
+@dataclass
+class ModeView:
+    """What allocation needs to know about a difficulty mode."""
+
+    mode_id: str
+    family: str
+    status: str  # candidate | validated
+    hardness: float  # 1 − success
+    learning_progress: float
+    program: dict  # its generation program
+    factor: str = ""
+    recurrence: int = 1  # diagnoses that fell into the mode
+
+
+@dataclass
+class SceneStats:
+    """Success record of a stored environment (sr_guided's level buffer)."""
+
+    scene: str  # JSON
+    family: str
+    successes: int = 0
+    trials: int = 0
+    history: list[int] = field(default_factory=list)
+
+    @property
+    def p(self) -> float:
+        return (self.successes + 1) / (self.trials + 2)
+
+
+def largest_remainder(weights: Sequence[float], total: int) -> list[int]:
+    """Integer allocation of `total` proportional to `weights` (Hamilton's method, ties by index)."""
+    w = np.asarray(weights, dtype=np.float64)
+    if total <= 0 or len(w) == 0:
+        return [0] * len(w)
+    if w.sum() <= 0:
+        w = np.ones_like(w)
+    raw = w / w.sum() * total
+    counts = np.floor(raw).astype(int)
+    rest = total - int(counts.sum())
+    order = sorted(range(len(w)), key=lambda i: (-(raw[i] - counts[i]), i))
+    for i in order[:rest]:
+        counts[i] += 1
+    return counts.tolist()
+
+
+def mode_weight(mode: ModeView, band: tuple[float, float]) -> float:
+    """Allocation weight of a mode: untested candidates first; validated modes by learning progress and by
+    how close their success (1 − hardness) lies to the middle of the success band."""
+    if mode.status == "candidate":
+        return 1.0
+    success = 1.0 - mode.hardness
+    lo, hi = band
+    in_band = lo <= success <= hi
+    centre = 1.0 - abs(success - (lo + hi) / 2) / max((hi - lo) / 2, 1e-9) if in_band else 0.0
+    return 0.25 + 2.0 * mode.learning_progress + 0.5 * max(centre, 0.0)
+
+
+def split_budget(n: int, novel_share: float, replay_share: float, n_modes: int) -> tuple[int, int, int]:
+    """(novel, replay, mode) slot counts of `n` slots; without modes the mode share goes to novel."""
+    novel = int(round(novel_share * n))
+    replay = int(round(replay_share * n))
+    modes = n - novel - replay
+    if n_modes == 0:
+        novel += modes
+        modes = 0
+    return novel, replay, modes
+
+
+def seed_for(seed: int, round_: int, family: str, split: str, index: int) -> list[int]:
+    fam = sorted(FACTORS).index(family)
+    return [seed, round_, fam, SPLIT_CODES[split], index]
+
+
+def memory_requests(
+    family: str,
+    n: int,
+    modes: list[ModeView],
+    bases: list[str],
+    stored: list[str],
+    *,
+    seed: int,
+    round_: int,
+    novel_share: float,
+    replay_share: float,
+    band: tuple[float, float],
+    rng: np.random.Generator,
+    min_pairs: int = 2,
+) -> list[EnvRequest]:
+    """CoDA's allocation for one family: `n` slots of two environments each (see the module docstring)."""
+    modes = [m for m in modes if m.family == family]
+    n_novel, n_replay, n_modes = split_budget(n, novel_share, replay_share, len(modes))
+    if not stored:
+        n_novel += n_replay
+        n_replay = 0
+    out: list[EnvRequest] = []
+    for k in range(2 * n_novel):
+        out.append(EnvRequest(family, "novel", seed_for(seed, round_, family, "novel", k)))
+    for k in range(2 * n_replay):
+        scene = stored[int(rng.integers(len(stored)))]
+        out.append(EnvRequest(family, "replay", seed_for(seed, round_, family, "replay", k), base=scene))
+    counts = mode_counts(modes, n_modes, band, min_pairs)
+    pair = 0
+    for mode, count in zip(modes, counts):
+        for _ in range(count):
+            base = bases[int(rng.integers(len(bases)))]
+            common = {
+                "mode_id": mode.mode_id,
+                "pair": pair,
+                "truth_factor": mode.program.get("perturbs"),
+                "program_id": mode.program.get("id"),
+            }
+            s = seed_for(seed, round_, family, "targeted", pair)
+            out.append(EnvRequest(family, "targeted", s, base=base, program=mode.program, **common))
+            s = seed_for(seed, round_, family, "control", pair)
+            out.append(EnvRequest(family, "control", s, base=base, **common))
+            pair += 1
+    return out
+
+
+def mode_counts(modes: list[ModeView], n_slots: int, band: tuple[float, float], min_pairs: int) -> list[int]:
+    """Pairs per mode. Candidates are tested `min_pairs` pairs at a time (most recurrent first), so that each
+    test this round can decide; when validated modes exist, candidates get at most half of the slots and the
+    validated modes share the rest by `mode_weight`."""
+    counts = [0] * len(modes)
+    candidates = sorted(
+        (i for i, m in enumerate(modes) if m.status == "candidate"),
+        key=lambda i: (-modes[i].recurrence, modes[i].mode_id),
+    )
+    validated = [i for i, m in enumerate(modes) if m.status == "validated"]
+    budget = n_slots // 2 if validated else n_slots
+    for i in candidates[: budget // max(min_pairs, 1)]:
+        counts[i] = min_pairs
+    rest = n_slots - sum(counts)
+    if validated:
+        for i, c in zip(validated, largest_remainder([mode_weight(modes[i], band) for i in validated], rest)):
+            counts[i] = c
+    elif candidates:
+        tested = [i for i in candidates if counts[i]] or candidates[:1]
+        for k in range(rest):
+            counts[tested[k % len(tested)]] += 1
+    return counts
+
+
+def random_program(family: str, rng: np.random.Generator, *, n_ops: int = 1) -> dict:
+    """A generation program that re-draws `n_ops` random factors of `family` within the generator space
+    (the mutation operator of sr_guided and of domain randomisation)."""
+    from coda.memory.programs import validate_generation
+
+    supported = [f for f, (_, attr) in FACTORS[family].items() if attr not in ("part", "goal_offset")]
+    chosen = sorted(rng.choice(len(supported), size=min(n_ops, len(supported)), replace=False).tolist())
+    roles: dict[str, dict] = {}
+    ops = []
+    for i in chosen:
+        factor = supported[i]
+        role, attr = FACTORS[family][factor]
+        op: dict[str, Any] = {"op": "sample", "attribute": attr}
+        if role is not None:
+            op["role"] = role
+            roles.setdefault(role, {"requires": {}})
+        if attr == "distractors":
+            op["range"] = [0, 2]
+        elif attr == "instance" or attr == "instruction":
+            pass
+        else:
+            op["range"] = "generator"
+        ops.append(op)
+    doc = {
+        "kind": "generation",
+        "version": 1,
+        "family": family,
+        "source": "random",
+        "perturbs": supported[chosen[0]],
+        "roles": roles or {PRIMARY_ROLE[family]: {"requires": {}}},
+        "operations": ops,
+        "constraints": [],
+    }
+    return validate_generation(doc)
+
+
+def sr_guided_requests(
+    family: str,
+    n: int,
+    buffer: list[SceneStats],
+    *,
+    seed: int,
+    round_: int,
+    novel_share: float,
+    replay_share: float,
+    rng: np.random.Generator,
+) -> list[EnvRequest]:
+    """Success-rate-guided generation for one family: 2n environments (see the module docstring)."""
+    total = 2 * n
+    pool = [s for s in buffer if s.family == family]
+    n_novel = total if not pool else max(1, int(round(novel_share * total)))
+    n_replay = 0 if not pool else int(round(replay_share * total))
+    n_mut = total - n_novel - n_replay
+    out = [EnvRequest(family, "novel", seed_for(seed, round_, family, "novel", k)) for k in range(n_novel)]
+    if pool:
+        w = np.array([s.p * (1 - s.p) + 0.01 for s in pool])
+        w = w / w.sum()
+        for k in range(n_replay):
+            parent = pool[int(rng.choice(len(pool), p=w))]
+            out.append(
+                EnvRequest(family, "replay", seed_for(seed, round_, family, "replay", k), base=parent.scene)
+            )
+        for k in range(n_mut):
+            parent = pool[int(rng.choice(len(pool), p=w))]
+            out.append(
+                EnvRequest(
+                    family,
+                    "mutation",
+                    seed_for(seed, round_, family, "mutation", k),
+                    base=parent.scene,
+                    program=random_program(family, rng),
+                )
+            )
+    return out
+
+
+def uniform_requests(family: str, n: int, *, seed: int, round_: int) -> list[EnvRequest]:
+    return [EnvRequest(family, "novel", seed_for(seed, round_, family, "novel", k)) for k in range(2 * n)]
+
+
+def domain_rand_requests(
+    family: str, n: int, bases: list[str], *, seed: int, round_: int, rng: np.random.Generator
+) -> list[EnvRequest]:
+    """Seed scenes with several factors re-drawn at random (classic domain randomisation)."""
+    out = []
+    for k in range(2 * n):
+        base = bases[int(rng.integers(len(bases)))]
+        program = random_program(family, rng, n_ops=3)
+        out.append(
+            EnvRequest(
+                family, "mutation", seed_for(seed, round_, family, "mutation", k), base=base, program=program
+            )
+        )
+    return out
+
+
+# -- the control experiment ------------------------------------------------------------------------------
+def mcnemar_p(targeted: Sequence[bool], control: Sequence[bool]) -> float:
+    """One-sided exact McNemar p-value that targeted success is lower than control success (paired)."""
+    b = sum(1 for t, c in zip(targeted, control) if c and not t)  # control succeeded, targeted failed
+    c_ = sum(1 for t, c in zip(targeted, control) if t and not c)
+    n = b + c_
+    if n == 0:
+        return 1.0
+    return float(sum(math.comb(n, k) for k in range(b, n + 1)) / 2**n)
+
+
+def validate_mode(
+    targeted: Sequence[bool], control: Sequence[bool], *, margin: float, min_pairs: int
+) -> dict[str, Any]:
+    """Decide a mode from its paired targeted/control outcomes.
+
+    The test: with at least `min_pairs` pairs, the mode is *validated* when control success minus targeted
+    success is at least `margin` (the generation program really recreates a difficulty), *rejected*
+    otherwise; fewer pairs leave it undecided. The exact one-sided McNemar p-value is reported beside it
+    (at the cpu profile's few pairs per round it is rarely below 0.05, so it is evidence, not the rule).
+    """
+    n = min(len(targeted), len(control))
+    t = float(np.mean(targeted[:n])) if n else float("nan")
+    c = float(np.mean(control[:n])) if n else float("nan")
+    decision = "undecided"
+    if n >= min_pairs:
+        decision = "validated" if c - t >= margin else "rejected"
+    return {
+        "decision": decision,
+        "pairs": n,
+        "targeted_success": round(t, 4) if n else None,
+        "control_success": round(c, 4) if n else None,
+        "drop": round(c - t, 4) if n else None,
+        "mcnemar_p": round(mcnemar_p(targeted[:n], control[:n]), 4),
+        "margin": margin,
+    }

@@ -1,0 +1,125 @@
+"""Worker jobs of a co-evolution round: build an environment (generate, check, repair, certify) and roll a
+policy out. They run in executor workers (`coda.sim.executor`), each of which holds one simulator world
+(`coda.data._WORLD`); jobs and results are plain data (JSON strings, dicts of arrays).
+
+Every job derives its randomness from the integers it is given, so its result is a function of the job
+alone, whichever worker runs it and whatever that worker ran before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+_ACTORS: dict[tuple, Any] = {}  # (policy_dir, critic_dir, j, temperature, seed) -> rollout policy
+
+
+def generate_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Build one environment: sample (novel), apply a generation program (targeted) or take a stored scene
+    (control/replay); run the validity checks and repairs; certify it with the scripted planner.
+
+    job: family, split, seed (list of ints), base (scene JSON or None), program (dict or None),
+    bindings (dict or None), sample_split ("generator" by default).
+    Returns the scene JSON (None when rejected), validity status, repairs, the construction trace (the
+    generation step first), whether the planner certified it, and the planner's demonstration (obs, actions).
+    """
+    from coda import data
+    from coda.memory.programs import apply_generation
+    from coda.sim.families import REGISTRY
+    from coda.sim.scene import SceneSpec
+    from coda.sim.validity import certify_scene
+
+    world = data._WORLD
+    rng = np.random.default_rng(np.random.SeedSequence(job["seed"]))
+    family = REGISTRY[job["family"]]
+    base = SceneSpec.from_json(job["base"]) if job.get("base") else None
+    trace: list[dict[str, Any]] = []
+    if job.get("program") is not None:
+        try:
+            spec = apply_generation(job["program"], base, rng, world.catalog, job.get("bindings"))
+        except ValueError as err:  # ProgramError / SceneSpecError: the program does not apply here
+            return _rejected(
+                job, [{"op": "generate", "program": job["program"].get("id"), "error": str(err)}]
+            )
+        trace.append({"op": "generate", "program": job["program"].get("id"), "base": base.hash})
+    elif base is not None:
+        spec = base
+        trace.append({"op": "generate", "stored": base.hash})
+    else:
+        spec = family.sample(rng, world.catalog, job.get("sample_split", "generator"))
+        trace.append({"op": "generate", "sample": job.get("sample_split", "generator")})
+    report, demo = certify_scene(world, spec, rng)
+    trace += report.trace
+    if report.scene is None:
+        return _rejected(job, trace)
+    out = {
+        "family": job["family"],
+        "split": job["split"],
+        "scene": report.scene.to_json(),
+        "hash": report.scene.hash,
+        "validity": report.status,
+        "repairs": report.repairs,
+        "trace": trace,
+        "certified": bool(demo is not None and demo.success),
+        "demo": None,
+    }
+    if out["certified"]:
+        out["demo"] = {
+            "obs": demo.obs[: demo.steps].astype(np.float32),
+            "labels": demo.actions.astype(np.float32),
+            "instruction": report.scene.task.instruction,
+            "family": job["family"],
+            "success": True,
+        }
+    return out
+
+
+def _rejected(job: dict[str, Any], trace: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "family": job["family"],
+        "split": job["split"],
+        "scene": None,
+        "hash": None,
+        "validity": "rejected",
+        "repairs": sum(1 for t in trace if t.get("op") == "repair"),
+        "trace": trace,
+        "certified": False,
+        "demo": None,
+    }
+
+
+def rollout_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Roll a saved policy out on one scene: critic-guided (j candidates, softmax(Q/τ)) when a critic is
+    given, else the policy's own sample. job: policy, critic (dirs), scene (JSON), max_chunks, j,
+    temperature, seed, record (return the full `RolloutRecord` dict, else a summary)."""
+    import torch
+
+    from coda import data
+    from coda.learn.awr import CriticGuidedPolicy
+    from coda.learn.critic import ChunkCritic
+    from coda.learn.policies import ChunkPolicy
+    from coda.sim.rollout import run_episode
+    from coda.sim.scene import SceneSpec
+
+    key = (job["policy"], job.get("critic"), job.get("j", 8), job.get("temperature", 0.5), job.get("seed", 0))
+    if key not in _ACTORS:
+        torch.set_num_threads(1)
+        _ACTORS.clear()  # one policy per worker at a time: rounds replace it
+        policy = ChunkPolicy.from_pretrained(job["policy"])
+        if job.get("critic"):
+            critic = ChunkCritic.from_pretrained(job["critic"])
+            _ACTORS[key] = CriticGuidedPolicy(policy, critic, j=key[2], temperature=key[3], seed=key[4])
+        else:
+            _ACTORS[key] = policy.eval()
+    scene = SceneSpec.from_json(job["scene"])
+    rec = run_episode(data._WORLD, scene, _ACTORS[key], max_chunks=job["max_chunks"])
+    if job.get("record"):
+        return rec.to_dict()
+    return {
+        "family": scene.family,
+        "hash": scene.hash,
+        "success": rec.success,
+        "phase_reached": rec.phase_reached,
+        "steps": rec.steps,
+    }

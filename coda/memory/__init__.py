@@ -1,0 +1,1 @@
+"""Shared heterogeneous memory: tables, difficulty modes, programs, snapshots, Hub release."""
