@@ -151,6 +151,10 @@ def run_method_command(cfg, args) -> dict:
 
     if args.method not in METHODS:
         raise UserError(f"--method: unknown method {args.method!r}; expected one of {', '.join(METHODS)}")
+    if args.method == "memory_reuse" and not args.memory:
+        raise UserError(
+            "--memory: memory_reuse trains on a frozen memory; give a run dir, snapshot or Hub copy"
+        )
     if not (Path(args.sft) / "policy" / "config.json").exists():
         raise UserError(f"{args.sft}/policy: no SFT policy here; run `coda sft --out {args.sft}` first")
     ex = _executor(cfg, Path(args.data), args.workers)
@@ -163,6 +167,7 @@ def run_method_command(cfg, args) -> dict:
             sft_dir=Path(args.sft),
             out=Path(args.out),
             executor=ex,
+            memory_from=args.memory,
         )
     finally:
         ex.close()
@@ -260,6 +265,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--data", default="data")
     run.add_argument("--workers", type=int, default=None)
     run.add_argument("--metrics-out", default=None, help="also write the final metrics here")
+    run.add_argument(
+        "--memory", default=None, help="memory_reuse: a run directory, snapshot or pulled Hub copy"
+    )
 
     from coda.memory.cli import add_memory_commands
 

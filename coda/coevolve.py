@@ -60,10 +60,15 @@ class Method:
     shaping: str  # sparse | per_rollout | programs
     store_generation: bool = False  # memory keeps (and generation uses) generation programs
     store_training: bool = False  # memory keeps (and training uses) training programs
+    frozen: bool = False  # the memory comes from another run and is only read (cross-backbone reuse)
 
     @property
     def uses_memory(self) -> bool:
         return self.store_generation or self.store_training
+
+    @property
+    def writes_memory(self) -> bool:
+        return self.uses_memory and not self.frozen
 
 
 METHODS: dict[str, Method] = {
@@ -77,6 +82,8 @@ METHODS: dict[str, Method] = {
         Method("coda", "memory", "programs", store_generation=True, store_training=True),
         Method("gen_store_only", "memory", "per_rollout", store_generation=True),
         Method("train_store_only", "sr_guided", "programs", store_training=True),
+        # Table 7: another backbone trained on a frozen memory of a finished run, without new generation
+        Method("memory_reuse", "frozen", "programs", store_training=True, frozen=True),
     )
 }
 
@@ -120,7 +127,17 @@ def last_complete_round(out: Path) -> int:
 class Run:
     """One method, one seed, one run directory."""
 
-    def __init__(self, cfg, method: Method, seed: int, data_dir: Path, sft_dir: Path, out: Path, executor):
+    def __init__(
+        self,
+        cfg,
+        method: Method,
+        seed: int,
+        data_dir: Path,
+        sft_dir: Path,
+        out: Path,
+        executor,
+        memory_from: Path | None = None,
+    ):
         from coda.engine.compile import make_compiler
         from coda.engine.diagnose import TrainingReference, make_diagnoser
         from coda.learn.text2potential import Text2Potential
@@ -129,9 +146,10 @@ class Run:
         self.cfg, self.c, self.method, self.seed = cfg, cfg.coevolve, method, seed
         self.data_dir, self.sft_dir, self.out, self.ex = Path(data_dir), Path(sft_dir), Path(out), executor
         self.families = tuple(cfg.data.families)
+        self.memory_from = memory_from
         self.memory = Memory()
-        self.diagnoser = make_diagnoser(self.c.diagnoser, seed=seed)
-        self.compiler = make_compiler(self.c.compiler)
+        self.diagnoser = make_diagnoser(self.c.diagnoser, seed=seed, **self._model_options("diagnoser"))
+        self.compiler = make_compiler(self.c.compiler, **self._model_options("compiler"))
         self.t2p = Text2Potential(self.c.potential)
         from coda import data
 
@@ -143,14 +161,26 @@ class Run:
         )
         self.sr_buffer: list[gen.SceneStats] = []
         self.demos: list[dict[str, Any]] = []
+        self.rehearsal: list[dict[str, Any]] = []
         self.history: list[dict[str, Any]] = []
         self.program_progress: dict[str, list[float]] = defaultdict(list)
+        self.pairs: dict[str, list[list[int]]] = defaultdict(list)  # candidate mode -> [targeted, control]
         self.updates = 0
         self.critic_updates = 0
         self.tokens = {"prompt": 0, "completion": 0, "invalid": 0}
         self.policy = None
         self.critic = None
         self.replay = None
+
+    def _model_options(self, role: str) -> dict[str, Any]:
+        c = self.c
+        if role == "diagnoser":
+            return {"model_path": c.vlm_model, "data_dir": str(self.data_dir)} if c.diagnoser == "vlm" else {}
+        if c.compiler == "hf":
+            return {"model_path_or_id": c.llm_model}
+        if c.compiler == "openai":
+            return {"base_url": c.llm_endpoint, "model": c.llm_model}
+        return {}
 
     # -- state ------------------------------------------------------------------------------------------
     def _fresh(self) -> None:
@@ -161,6 +191,13 @@ class Run:
         self.policy = ChunkPolicy.from_pretrained(self.sft_dir / "policy")
         self.critic = ChunkCritic(CriticConfig(seed=self.seed))
         self.replay = ChunkReplay(capacity=200_000)
+
+    def _frozen_memory(self):
+        from coda.memory.store import load_snapshot, resolve_snapshot
+
+        if self.memory_from is None:
+            raise ValueError(f"method {self.method.name!r} needs a memory to reuse (--memory PATH)")
+        return load_snapshot(resolve_snapshot(self.memory_from))
 
     def _load(self, r: int) -> None:
         from coda.engine.diagnose import TrainingReference
@@ -182,6 +219,7 @@ class Run:
         self.reference = TrainingReference.from_dict(state["reference"])
         self.sr_buffer = [gen.SceneStats(**s) for s in state["sr_buffer"]]
         self.program_progress = defaultdict(list, state["program_progress"])
+        self.pairs = defaultdict(list, state["pairs"])
         self.history = (
             json.loads((self.out / "rounds.json").read_text())[:r]
             if (self.out / "rounds.json").exists()
@@ -189,6 +227,8 @@ class Run:
         )
         with np.load(d / "demos.npz", allow_pickle=False) as z:
             self.demos = _unpack_demos(z)
+        with np.load(d / "rehearsal.npz", allow_pickle=False) as z:
+            self.rehearsal = _unpack_demos(z)
 
     def _save(self, r: int, metrics: dict[str, Any]) -> None:
         from coda.memory.store import save_snapshot
@@ -209,6 +249,7 @@ class Run:
         self.critic.save_pretrained(tmp / "critic")
         self.replay.save(tmp / "replay")
         np.savez(tmp / "demos.npz", **_pack_demos(self.demos))
+        np.savez(tmp / "rehearsal.npz", **_pack_demos(self.rehearsal))
         state = {
             "round": r,
             "updates": self.updates,
@@ -217,6 +258,7 @@ class Run:
             "reference": self.reference.to_dict(),
             "sr_buffer": [s.__dict__ for s in self.sr_buffer],
             "program_progress": dict(self.program_progress),
+            "pairs": dict(self.pairs),
             "metrics": metrics,
         }
         (tmp / "state.json").write_text(json.dumps(state, sort_keys=True) + "\n")
@@ -225,11 +267,13 @@ class Run:
         write_json(self.out / "rounds.json", self.history)
 
     # -- the actor the workers load ---------------------------------------------------------------------
-    def _publish(self, where: Path) -> dict[str, str]:
-        """Write the current rollout policy (adapters merged) and critic for the workers."""
+    def _publish(self, tag: str) -> dict[str, str]:
+        """Write the current rollout policy (adapters merged) and critic for the workers, under a fresh
+        directory name: workers cache the actor by path, so a new version must never reuse one."""
         from coda.learn.policies.lora import merged_copy
 
-        shutil.rmtree(where, ignore_errors=True)
+        shutil.rmtree(self.out / "actor", ignore_errors=True)
+        where = self.out / "actor" / tag
         policy = merged_copy(self.policy) if self.policy.lora is not None else self.policy
         policy.save_pretrained(where / "policy")
         self.critic.save_pretrained(where / "critic")
@@ -276,6 +320,9 @@ class Run:
             self._load(start)
         else:
             self._fresh()
+            self._collect_rehearsal()
+            if self.method.frozen:
+                self.memory = self._frozen_memory()
         for r in range(start + 1, self.c.rounds + 1):
             metrics = self.round(r)
             self.history.append(metrics)
@@ -335,12 +382,49 @@ class Run:
                     replay_share=c.replay_share,
                     rng=rng,
                 )
+            elif m.generation == "frozen":
+                out += self._frozen_requests(f, r, rng)
             elif m.generation == "uniform":
                 out += gen.uniform_requests(f, c.envs_per_family, seed=self.seed, round_=r)
             elif m.generation == "domain_rand":
                 out += gen.domain_rand_requests(
                     f, c.envs_per_family, self.bases[f], seed=self.seed, round_=r, rng=rng
                 )
+        return out
+
+    def _frozen_requests(self, family: str, r: int, rng: np.random.Generator) -> list[gen.EnvRequest]:
+        """Cross-backbone reuse: replay the frozen memory's environments, no new generation. Targeted
+        variants of validated modes are drawn in proportion to the modes' importance (+ a floor), the rest of
+        the budget from the memory's other generated scenes."""
+        scenes = [s for s in self.memory.rows("scenes") if s["family"] == family and s["split"] != "control"]
+        if not scenes:
+            return []
+        by_program = {
+            m.generation_program_id: m for m in self.memory.modes("validated") if m.generation_program_id
+        }
+        weights = np.array(
+            [
+                1.0 + 4.0 * (by_program[s["program_id"]].importance + 0.25)
+                if s["program_id"] in by_program
+                else 1.0
+                for s in scenes
+            ]
+        )
+        picks = rng.choice(len(scenes), size=2 * self.c.envs_per_family, p=weights / weights.sum())
+        out = []
+        for k, i in enumerate(picks.tolist()):
+            s = scenes[i]
+            mode = by_program.get(s["program_id"])
+            out.append(
+                gen.EnvRequest(
+                    family,
+                    "replay",
+                    gen.seed_for(self.seed, r, family, "replay", k),
+                    base=s["spec_json"],
+                    mode_id=mode.mode_id if mode else None,
+                    program_id=s["program_id"],
+                )
+            )
         return out
 
     def _mode_views(self, family: str) -> list[gen.ModeView]:
@@ -385,13 +469,17 @@ class Run:
         rng = np.random.default_rng([self.seed, r, 0])
         # 1-2. allocate and generate
         requests = self.requests(r, rng)
+        for slot, q in enumerate(requests):
+            q.slot = slot
         built = self.ex.map(generate_job, [q.job() for q in requests], desc=f"round {r}: generate")
         envs = []
         for q, res in zip(requests, built):
             value = res.value if res.ok else None
             if value is None:
                 continue
-            if self.method.uses_memory and value["scene"] is not None:
+            if self.method.writes_memory and value["scene"] is not None:
+                if q.program is not None:  # lineage: the program that made the scene stays in memory
+                    self.memory.add_program(q.program)
                 self.memory.add_scene(
                     value["hash"],
                     q.family,
@@ -408,7 +496,7 @@ class Run:
             envs.append((q, value))
         valid = [(q, v) for q, v in envs if v["scene"] is not None]
         # 3. roll out the current policy (critic-guided)
-        actor = self._publish(self.out / "actor")
+        actor = self._publish(f"round-{r:04d}-rollouts")
         results = self._rollouts(
             actor,
             [v["scene"] for _, v in valid],
@@ -421,7 +509,7 @@ class Run:
             if res.ok:
                 rollouts.append((q, v, RolloutRecord.from_dict(res.value)))
         for q, v, rec in rollouts:
-            if self.method.uses_memory:
+            if self.method.writes_memory:
                 self.memory.add_rollout(
                     rec.scene_hash,
                     q.family,
@@ -439,20 +527,20 @@ class Run:
         diagnoses = self.diagnose(r, rollouts)
         # validate modes by their control experiments
         validation = self.validate(r, rollouts) if self.method.store_generation else {}
-        if self.method.store_training and not self.method.store_generation:
+        if self.method.writes_memory and not self.method.store_generation:
             self._validate_by_recurrence(r)
         # 5. potentials -> replay
-        for q, v, rec in rollouts:
+        for q, _, rec in rollouts:
             self.replay.add_record(rec, potential=self.potential_for(q, rec, diagnoses), gamma=c.gamma)
         # demonstrations: the same budget for every method
         self._collect_demos(rollouts)
-        for q, v, rec in rollouts:
+        for _, v, _ in rollouts:  # what the policy is now trained on (the diagnoser's reference)
             self.reference.add(SceneSpec.from_json(v["scene"]))
         # 6. train: critic, then AWR (+ imitation) on the LoRA adapters
         round_updates, in_band_track = self.train(r, rollouts)
         # 7. measure progress of training programs and refine the stalled ones
         refined = self.refine(r, rollouts)
-        actor = self._publish(self.out / "actor")
+        actor = self._publish(f"round-{r:04d}-final")
         evaluation = self.evaluate(actor)
         return self._metrics(
             r,
@@ -484,7 +572,7 @@ class Run:
         from coda.sim.scene import SceneSpec
 
         out: dict[str, dict] = {}
-        if self.method.shaping == "sparse" and not self.method.uses_memory:
+        if self.method.frozen or (self.method.shaping == "sparse" and not self.method.uses_memory):
             return out
         for q, v, rec in progress(rollouts, desc=f"round {r}: diagnose"):
             if rec.success or q.split not in ROLLOUT_SPLITS:
@@ -496,7 +584,7 @@ class Run:
             d = d.to_dict()
             key = _key(q, rec)
             out[key] = d
-            if not self.method.uses_memory:
+            if not self.method.writes_memory:
                 continue
             truth = q.truth_factor if q.split == "targeted" else None
             did = self.memory.add_diagnosis(
@@ -518,6 +606,7 @@ class Run:
             compiled = mode.generation_program_id or mode.training_program_id
             if mode.status == "candidate" and not compiled:
                 self._compile_mode(mode_id, d, scene)
+            self._settle_diagnoses(mode_id)
         return out
 
     def _compile_mode(self, mode_id: str, diagnosis: dict, scene) -> None:
@@ -532,6 +621,32 @@ class Run:
             )
             return
         self.memory.set_mode_programs(mode_id, generation_program_id=self.memory.add_program(res.generation))
+
+    def _settle_diagnoses(self, mode_id: str) -> None:
+        """Decide the open diagnoses of a decided mode: a rejected mode rejects them; a validated mode confirms
+        those whose failing scene exhibits the validated difficulty (`generate.exhibits`) and rejects the
+        others (their failure has another cause than the one the control experiment confirmed)."""
+        from coda.sim.scene import SceneSpec
+
+        mode = self.memory.mode(mode_id)
+        if mode.status not in ("validated", "rejected"):
+            return
+        program = self.memory.program(mode.generation_program_id) if mode.generation_program_id else None
+        specs = {}
+        for d in self.memory.rows("diagnoses"):
+            if d["mode_id"] != mode_id:
+                continue
+            if mode.status == "rejected":
+                status = "rejected"
+            elif program is None:
+                status = "validated"
+            else:
+                if d["scene_hash"] not in specs:
+                    row = next(s for s in self.memory.rows("scenes") if s["scene_hash"] == d["scene_hash"])
+                    specs[d["scene_hash"]] = SceneSpec.from_json(row["spec_json"])
+                status = "validated" if gen.exhibits(program, specs[d["scene_hash"]]) else "rejected"
+            if d["status"] != status:
+                self.memory.set_diagnosis_status(d["diagnosis_id"], status)
 
     def _compile(self, diagnosis: dict, scene):
         res = self.compiler.compile(diagnosis, scene, potential_variant=self.c.potential)
@@ -566,10 +681,22 @@ class Run:
             complete = [p for p in pairs[mode_id].values() if len(p) == 2]
             t = [p["targeted"] for p in complete]
             ctl = [p["control"] for p in complete]
-            test = gen.validate_mode(t, ctl, margin=self.c.validate_margin, min_pairs=self.c.min_pairs)
             mode = self.memory.mode(mode_id)
+            if mode.status == "candidate":  # a candidate's test accumulates its pairs over rounds
+                self.pairs[mode_id] += [[int(a), int(b)] for a, b in zip(t, ctl)]
+                history = self.pairs[mode_id]
+            else:
+                history = [[int(a), int(b)] for a, b in zip(t, ctl)]
+            test = gen.validate_mode(
+                [bool(x[0]) for x in history],
+                [bool(x[1]) for x in history],
+                margin=self.c.validate_margin,
+                min_pairs=self.c.min_pairs,
+                alpha=self.c.validate_alpha,
+            )
             if mode.status == "candidate" and test["decision"] != "undecided":
                 self.memory.set_mode_status(mode_id, test["decision"], test)
+                self._settle_diagnoses(mode_id)
                 if test["decision"] == "validated":
                     self._compile_training(mode_id)
             if t:
@@ -605,7 +732,7 @@ class Run:
         d = diagnoses.get(_key(q, rec))
         frag = None
         if shaping == "programs":
-            mode_id = q.mode_id if q.split == "targeted" else (d or {}).get("mode_id")
+            mode_id = q.mode_id or (d or {}).get("mode_id")
             program = self._training_program(mode_id)
             if program is not None and program["potential"]["variant"] == rec.variant:
                 frag = program["potential"]
@@ -690,10 +817,11 @@ class Run:
                 beta=c.beta,
                 temperature=c.temperature,
                 imitation_weight=self._imitation_weight(),
+                normalize=True,
                 seed=self.seed * 7919 + r,
             ),
         )
-        demo_set = chunk_dataset(self.demos) if self.demos else None
+        sources = [chunk_dataset(d) for d in (self.rehearsal, self.demos) if d]
         enc = get_encoder()
         adaptive = c.scheduling == "adaptive" and self.method.store_generation
         track: list[dict] = []
@@ -706,12 +834,12 @@ class Run:
                 "instr": enc.encode(list(sample["instruction"])),
             }
             imitation = None
-            if demo_set is not None and len(demo_set["obs"]):
-                idx = rng.integers(len(demo_set["obs"]), size=c.batch_size)
+            if sources:  # equal shares of rehearsal (seed scenes) and this run's demonstrations
+                parts = [self._demo_batch(ds, c.batch_size // len(sources), rng) for ds in sources]
                 imitation = {
-                    "obs": torch.as_tensor(demo_set["obs"][idx]),
-                    "instr": enc.encode([demo_set["instr"][i] for i in idx]),
-                    "chunk": torch.as_tensor(demo_set["chunk"][idx]),
+                    "obs": torch.cat([p["obs"] for p in parts]),
+                    "instr": enc.encode([t for p in parts for t in p["instr"]]),
+                    "chunk": torch.cat([p["chunk"] for p in parts]),
                 }
             updater.update(batch, imitation=imitation)
             done += 1
@@ -723,6 +851,26 @@ class Run:
         self.policy.eval()
         self.critic_loss = float(np.mean(losses[-10:])) if losses else None
         return done, track
+
+    @staticmethod
+    def _demo_batch(ds: dict[str, Any], n: int, rng: np.random.Generator) -> dict[str, Any]:
+        idx = rng.integers(len(ds["obs"]), size=max(n, 1))
+        return {
+            "obs": torch.as_tensor(ds["obs"][idx]),
+            "instr": [ds["instr"][i] for i in idx],
+            "chunk": torch.as_tensor(ds["chunk"][idx]),
+        }
+
+    def _collect_rehearsal(self) -> None:
+        """Planner demonstrations on the first `rehearsal_per_family` base seed scenes: imitation keeps
+        rehearsing the SFT distribution, so that updates on new environments do not erase it (every method)."""
+        jobs = [
+            gen.EnvRequest(f, "replay", [self.seed, 0, k], base=b).job()
+            for f in self.families
+            for k, b in enumerate(self.bases[f][: self.c.rehearsal_per_family])
+        ]
+        results = self.ex.map(generate_job, jobs, desc="rehearsal demonstrations")
+        self.rehearsal = [x.value["demo"] for x in results if x.ok and x.value["demo"] is not None]
 
     def _in_band_check(self, r: int, rollouts: list, done: int) -> dict:
         """Adaptive scheduling's measurement: success of the current policy on this round's targeted scenes
@@ -736,7 +884,7 @@ class Run:
         scenes = [s for m in sorted(in_band) for s, _ in in_band[m]][:16]
         if not scenes:
             return {"updates": done, "modes_in_band": 0, "in_band_success": None}
-        actor = self._publish(self.out / "actor-check")
+        actor = self._publish(f"round-{r:04d}-check-{done}")
         res = self._rollouts(
             actor, scenes, record=False, desc=f"round {r}: in-band check", seed=self.seed * 1000 + r
         )
@@ -769,7 +917,7 @@ class Run:
         program's stage units); stalled programs are refined (Text2potential `refine`)."""
         from coda.learn.text2potential import compile_potential
 
-        if not self.method.store_training:
+        if not self.method.writes_memory or not self.method.store_training:
             return 0
         by_mode: dict[str, list] = defaultdict(list)
         for q, _, rec in rollouts:
@@ -937,11 +1085,11 @@ class Run:
 
 
 def _rollout_id(r: int, q, rec) -> str:
-    return f"r{r}-{q.split}-{q.pair}-{rec.scene_hash}"
+    return f"r{r}-{q.slot}-{q.split}-{rec.scene_hash}"
 
 
 def _key(q, rec) -> str:
-    return f"{q.split}-{q.pair}-{rec.scene_hash}"
+    return f"{q.slot}-{q.split}-{rec.scene_hash}"
 
 
 def _hash_of(scene_json: str | None) -> str | None:
@@ -981,11 +1129,23 @@ def _unpack_demos(z) -> list[dict[str, Any]]:
     return out
 
 
-def run_method(cfg, method: str, *, seed: int, data_dir, sft_dir, out, executor) -> dict[str, Any]:
+def run_method(
+    cfg, method: str, *, seed: int, data_dir, sft_dir, out, executor, memory_from=None
+) -> dict[str, Any]:
     """Run one method end to end (resuming in `out` when it holds complete rounds); returns final metrics."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {sorted(METHODS)}")
     if not (Path(sft_dir) / "policy").exists():
         raise FileNotFoundError(f"{sft_dir}/policy: no SFT policy; run `coda sft --out {sft_dir}` first")
     torch.set_num_threads(1)
-    return Run(cfg, METHODS[method], seed, Path(data_dir), Path(sft_dir), Path(out), executor).run()
+    run = Run(
+        cfg,
+        METHODS[method],
+        seed,
+        Path(data_dir),
+        Path(sft_dir),
+        Path(out),
+        executor,
+        None if memory_from is None else Path(memory_from),
+    )
+    return run.run()

@@ -237,8 +237,10 @@ class CoevolveConfig:
     replay_share: float = 0.10  # share of the budget for replaying stored environments (paper 0.10)
     success_band: tuple[float, float] = (0.2, 0.8)  # success rates counted as "in the band"
     validate_margin: float = 0.25  # a mode is validated when targeted success is this far below control
-    min_pairs: int = 2  # targeted/control pairs a mode needs before it can be validated or rejected
+    min_pairs: int = 3  # targeted/control pairs a mode needs before it can be validated or rejected
+    validate_alpha: float = 0.25  # ... and the one-sided McNemar p-value it must reach to be validated
     demos_per_family: int = 8  # planner demonstrations per family per round (same for every method)
+    rehearsal_per_family: int = 25  # seed scenes per family whose planner demos imitation keeps rehearsing
     critic_steps: int = 200  # critic TD updates per round
     policy_updates: int = 150  # AWR policy updates per round (the cap under adaptive scheduling)
     batch_size: int = 64  # states per AWR / critic update
@@ -249,13 +251,16 @@ class CoevolveConfig:
     lr: float = 1.0e-3  # AdamW learning rate of the adapters
     beta: float = 1.0  # AWR temperature
     imitation_weight: float = 1.0  # default weight of imitation on planner demonstrations
-    scheduling: str = "adaptive"  # "adaptive" (paper) or "fixed" (the ablation)
+    scheduling: str = "fixed"  # "fixed" (every method the same updates) or "adaptive" (paper rule, Table 9)
     min_modes_in_band: int = 8  # adaptive: end a round when fewer modes than this remain in the band
     plateau_points: float = 0.02  # adaptive: ... or in-band success moves less than this
     plateau_updates: int = 2000  # adaptive: ... over this many policy updates
     check_every: int = 50  # adaptive: policy updates between in-band success checks
     diagnoser: str = "sim"  # "sim", "noisy:<p>", "phase_only" or "vlm"
     compiler: str = "template"  # program compiler: "template", "hf" or "openai"
+    vlm_model: str | None = None  # diagnoser "vlm": local path of an image-text-to-text model
+    llm_model: str | None = None  # compiler "hf": local path of a causal LM; "openai": the model name
+    llm_endpoint: str | None = None  # compiler "openai": base URL of an OpenAI-compatible server
     potential: str = "full"  # Text2potential variant (Table 4 rows)
     eval_id_per_family: int = 10  # held-back seed scenes per family evaluated after every round
     eval_ood_per_suite: int = 10  # held-out scenes per suite per family evaluated after every round
@@ -263,7 +268,13 @@ class CoevolveConfig:
     def __post_init__(self) -> None:
         for key in ("rounds", "envs_per_family", "min_pairs", "critic_steps", "batch_size", "j"):
             _check_int(key, getattr(self, key), minimum=1)
-        for key in ("demos_per_family", "policy_updates", "min_modes_in_band", "eval_id_per_family"):
+        for key in (
+            "demos_per_family",
+            "rehearsal_per_family",
+            "policy_updates",
+            "min_modes_in_band",
+            "eval_id_per_family",
+        ):
             _check_int(key, getattr(self, key), minimum=0)
         for key in ("eval_ood_per_suite", "plateau_updates", "lora_rank", "check_every"):
             _check_int(key, getattr(self, key), minimum=1 if key != "eval_ood_per_suite" else 0)
@@ -273,6 +284,7 @@ class CoevolveConfig:
             "novel_share",
             "replay_share",
             "validate_margin",
+            "validate_alpha",
             "gamma",
             "imitation_weight",
             "plateau_points",
@@ -298,6 +310,14 @@ class CoevolveConfig:
         elif not _parses_as_float(self.diagnoser[6:]) or not 0 <= float(self.diagnoser[6:]) <= 1:
             raise ConfigError("diagnoser", f"noisy:<p> needs p in [0, 1], got {self.diagnoser!r}")
         _check_choice("compiler", self.compiler, COMPILERS)
+        for key in ("vlm_model", "llm_model", "llm_endpoint"):
+            _check_optional_str(key, getattr(self, key))
+        if self.diagnoser == "vlm" and self.vlm_model is None:
+            raise ConfigError("vlm_model", "diagnoser 'vlm' needs the local path of a model")
+        if self.compiler in ("hf", "openai") and self.llm_model is None:
+            raise ConfigError("llm_model", f"compiler {self.compiler!r} needs a model (path or name)")
+        if self.compiler == "openai" and self.llm_endpoint is None:
+            raise ConfigError("llm_endpoint", "compiler 'openai' needs the server's base URL")
         _check_choice("potential", self.potential, POTENTIALS)
 
 

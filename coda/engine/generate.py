@@ -46,6 +46,7 @@ class EnvRequest:
     mode_id: str | None = None
     pair: int | None = None
     base_hash: str | None = None
+    slot: int = -1  # position in the round's request list: the environment's id within the round
     truth_factor: str | None = (
         None  # the factor the program perturbs (ground truth, never shown to a diagnoser)
     )
@@ -311,27 +312,76 @@ def mcnemar_p(targeted: Sequence[bool], control: Sequence[bool]) -> float:
 
 
 def validate_mode(
-    targeted: Sequence[bool], control: Sequence[bool], *, margin: float, min_pairs: int
+    targeted: Sequence[bool],
+    control: Sequence[bool],
+    *,
+    margin: float,
+    min_pairs: int,
+    alpha: float = 0.25,
 ) -> dict[str, Any]:
-    """Decide a mode from its paired targeted/control outcomes.
+    """Decide a candidate mode from its paired targeted/control outcomes (accumulated over rounds).
 
-    The test: with at least `min_pairs` pairs, the mode is *validated* when control success minus targeted
-    success is at least `margin` (the generation program really recreates a difficulty), *rejected*
-    otherwise; fewer pairs leave it undecided. The exact one-sided McNemar p-value is reported beside it
-    (at the cpu profile's few pairs per round it is rarely below 0.05, so it is evidence, not the rule).
+    The test, on n pairs (a targeted variant and its control share a base scene):
+    * n < `min_pairs`: undecided;
+    * validated when control success − targeted success ≥ `margin` *and* the exact one-sided McNemar test
+      (discordant pairs) gives p ≤ `alpha`: the generation program really recreates a difficulty;
+    * rejected when the drop is below margin / 2, or when 2 · `min_pairs` pairs still do not validate it;
+    * otherwise undecided (more pairs next round).
     """
     n = min(len(targeted), len(control))
-    t = float(np.mean(targeted[:n])) if n else float("nan")
-    c = float(np.mean(control[:n])) if n else float("nan")
+    targeted, control = list(targeted[:n]), list(control[:n])
+    t = float(np.mean(targeted)) if n else float("nan")
+    c = float(np.mean(control)) if n else float("nan")
+    p = mcnemar_p(targeted, control)
     decision = "undecided"
     if n >= min_pairs:
-        decision = "validated" if c - t >= margin else "rejected"
+        if c - t >= margin and p <= alpha:
+            decision = "validated"
+        elif c - t < margin / 2 or n >= 2 * min_pairs:
+            decision = "rejected"
     return {
         "decision": decision,
         "pairs": n,
         "targeted_success": round(t, 4) if n else None,
         "control_success": round(c, 4) if n else None,
         "drop": round(c - t, 4) if n else None,
-        "mcnemar_p": round(mcnemar_p(targeted[:n], control[:n]), 4),
+        "mcnemar_p": round(p, 4),
         "margin": margin,
+        "alpha": alpha,
     }
+
+
+def exhibits(program: dict, scene) -> bool:
+    """Whether `scene` shows the difficulty `program` recreates: every operation's factor of the scene lies in
+    the region the operation produces (a sampled range, widened by 10% of its width; a set value). A
+    diagnosis is confirmed by its mode's control experiment only when its own failing scene exhibits the
+    validated difficulty; this reads the scene, never the program that generated it."""
+    from coda.engine.diagnose import factor_values
+    from coda.engine.factors import factor_name
+
+    if program.get("family") != scene.family:
+        return False
+    values = factor_values(scene)
+    for op in program.get("operations", []):
+        factor = factor_name(scene.family, op.get("role"), op["attribute"])
+        if factor is None or factor not in values:
+            return False
+        value = values[factor]
+        if op["attribute"] == "instance":
+            cats = op.get("categories")
+            if cats and scene.objects[scene.task.bindings[op["role"]]].category not in cats:
+                return False
+        elif op["op"] == "sample" and isinstance(op.get("range"), list):
+            rng = op["range"]
+            pairs = rng if isinstance(rng[0], list) else [rng]
+            coords = value if isinstance(value, tuple) else (value,)
+            for (lo, hi), v in zip(pairs, coords):
+                pad = 0.1 * (hi - lo)
+                if not lo - pad <= v <= hi + pad:
+                    return False
+        elif op["op"] == "set" and "value" in op:
+            target = op["value"] if isinstance(op["value"], list) else [op["value"]]
+            coords = value if isinstance(value, tuple) else (value,)
+            if any(abs(float(v) - float(t)) > 1e-3 + 0.05 * abs(float(t)) for v, t in zip(coords, target)):
+                return False
+    return True

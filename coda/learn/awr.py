@@ -192,6 +192,7 @@ def awr_update(
     max_weight: float = 20.0,
     value: ValueMode = "mean",
     temperature: float = 0.5,
+    normalize: bool = False,
     imitation: dict[str, Tensor] | None = None,
     imitation_weight: float = 1.0,
     grad_clip: float | None = 1.0,
@@ -206,7 +207,10 @@ def awr_update(
     `temperature`; see the module docstring). The B·j (state, candidate) pairs are weighted by
     `capped_weights(A, beta, max_weight)` in the policy's own loss. `imitation` ("obs", "instr", "chunk":
     planner-demonstration chunks) adds `imitation_weight` × the unweighted loss on them. One optimiser
-    step (gradients clipped to `grad_clip` global norm unless None), then `counter.step()`.
+    step (gradients clipped to `grad_clip` global norm unless None), then `counter.step()`. With
+    `normalize`, advantages are divided by their batch standard deviation before exp(A/β), so β does not
+    depend on the scale of Q (an early critic's advantages of a few hundredths make exp(A/β) nearly uniform,
+    and AWR then only regresses the policy onto its own noisy samples).
 
     Returns: loss, awr_loss, imitation_loss (0 without demos), q_mean, mean_advantage (0 by construction
     with value="mean"), advantage_std, weight_max, ess (effective sample size of the B·j weights) and
@@ -220,7 +224,8 @@ def awr_update(
         candidates = policy.sample(obs, instr, j, generator=generator)  # (B, j, h, 7)
         q = critic(obs, instr, candidates).float()  # (B, j)
         advantages = q - state_value(q, value, temperature)[:, None]  # (B, j)
-        weights = capped_weights(advantages, beta, max_weight)  # (B, j), mean 1
+        scaled = advantages / advantages.std().clamp(min=1e-6) if normalize else advantages
+        weights = capped_weights(scaled, beta, max_weight)  # (B, j), mean 1
     h, a = candidates.shape[2:]
     pairs = {
         "obs": obs.repeat_interleave(j, dim=0),
@@ -333,6 +338,7 @@ class AWRConfig:
     value: Literal["mean", "softmax"] = "mean"  # V(s) over the candidates (module docstring)
     temperature: float = 0.5  # τ of value="softmax"
     imitation_weight: float = 1.0  # factor of the imitation loss on planner demonstrations
+    normalize: bool = False  # divide advantages by their batch std before exp(A/β)
     grad_clip: float = 1.0  # max global gradient norm
     seed: int = 0  # seeds the candidate and flow-matching noise of the updates
 
@@ -390,6 +396,7 @@ class PolicyUpdater:
             max_weight=c.max_weight,
             value=c.value,
             temperature=c.temperature,
+            normalize=c.normalize,
             imitation=imitation,
             imitation_weight=c.imitation_weight,
             grad_clip=c.grad_clip,

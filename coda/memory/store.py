@@ -161,8 +161,8 @@ NULLABLE: dict[str, frozenset[str]] = {
     "program_stats": frozenset(),
 }
 
-SPLITS = ("novel", "targeted", "control", "replay", "seed", "transfer")
-GENERATED_SPLITS = ("targeted", "control", "transfer")
+SPLITS = ("novel", "targeted", "control", "replay", "mutation", "seed", "transfer")
+GENERATED_SPLITS = ("targeted", "control", "mutation", "transfer")
 VALIDITY = ("pass", "repaired", "rejected")
 DIAGNOSIS_STATUS = ("candidate", "validated", "rejected")
 MODE_STATUS = ("candidate", "validated", "rejected", "retired")
