@@ -156,7 +156,12 @@ def run_method_command(cfg, args) -> dict:
             "--memory: memory_reuse trains on a frozen memory; give a run dir, snapshot or Hub copy"
         )
     if not (Path(args.sft) / "policy" / "config.json").exists():
-        raise UserError(f"{args.sft}/policy: no SFT policy here; run `coda sft --out {args.sft}` first")
+        # the starting point of every method; trained here with the profile's `sft` settings when absent
+        print(
+            f"{args.sft}/policy: no SFT policy yet; training it first (coda sft --out {args.sft})",
+            file=sys.stderr,
+        )
+        run_sft_command(cfg, Path(args.data), Path(args.sft), args.workers)
     ex = _executor(cfg, Path(args.data), args.workers)
     try:
         return run_method(
@@ -273,6 +278,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_memory_commands(sub)
 
+    from coda.maintenance import add_prune_command
+
+    add_prune_command(sub)
+
     bench = sub.add_parser("bench", help="benchmarks (print JSON)")
     bench.add_argument("what", choices=["sim"])
     bench.add_argument("--json", action="store_true")
@@ -371,6 +380,10 @@ def run(argv: list[str] | None = None) -> int:
         from coda.memory.cli import run_memory_command
 
         return run_memory_command(args)
+    elif args.cmd == "prune":
+        from coda.maintenance import run_prune_command
+
+        return run_prune_command(args)
     elif args.cmd == "bench":
         bench = Path(__file__).resolve().parent.parent / "benchmarks" / "sim_throughput.py"
         return subprocess.call([sys.executable, str(bench), "--json", "--data", args.data])

@@ -156,6 +156,8 @@ class Run:
         self.seeds = {f: data.seed_scenes(self.data_dir, f) for f in self.families}
         n_train = cfg.sft.demos_per_family
         self.bases = {f: [s.to_json() for s in self.seeds[f][:n_train]] for f in self.families}
+        self.base_hashes = {f: [s.hash for s in self.seeds[f][:n_train]] for f in self.families}
+        self.base_stats: dict[str, list[int]] = {}  # base scene hash -> [control successes, control trials]
         self.reference = TrainingReference.from_scenes(
             s for f in self.families for s in self.seeds[f][:n_train]
         )
@@ -167,6 +169,7 @@ class Run:
         self.pairs: dict[str, list[list[int]]] = defaultdict(list)  # candidate mode -> [targeted, control]
         self.updates = 0
         self.critic_updates = 0
+        self.worker_cpu_s = 0.0  # simulator/rollout compute in the workers (this process's share: cpu_s)
         self.tokens = {"prompt": 0, "completion": 0, "invalid": 0}
         self.policy = None
         self.critic = None
@@ -220,6 +223,7 @@ class Run:
         self.sr_buffer = [gen.SceneStats(**s) for s in state["sr_buffer"]]
         self.program_progress = defaultdict(list, state["program_progress"])
         self.pairs = defaultdict(list, state["pairs"])
+        self.base_stats = state["base_stats"]
         self.history = (
             json.loads((self.out / "rounds.json").read_text())[:r]
             if (self.out / "rounds.json").exists()
@@ -259,6 +263,7 @@ class Run:
             "sr_buffer": [s.__dict__ for s in self.sr_buffer],
             "program_progress": dict(self.program_progress),
             "pairs": dict(self.pairs),
+            "base_stats": self.base_stats,
             "metrics": metrics,
         }
         (tmp / "state.json").write_text(json.dumps(state, sort_keys=True) + "\n")
@@ -294,7 +299,9 @@ class Run:
             }
             for s in scenes
         ]
-        return self.ex.map(rollout_job, jobs, desc=desc)
+        results = self.ex.map(rollout_job, jobs, desc=desc)
+        self.worker_cpu_s += sum(x.value.get("cpu_s", 0.0) for x in results if x.ok)
+        return results
 
     # -- the loop -------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -353,6 +360,8 @@ class Run:
     def requests(self, r: int, rng: np.random.Generator) -> list[gen.EnvRequest]:
         c, m = self.c, self.method
         out: list[gen.EnvRequest] = []
+        if m.generation == "memory" and c.transfer and r > 1:
+            self._transfer_programs(r)
         for f in self.families:
             if m.generation == "memory":
                 modes = self._mode_views(f)
@@ -370,6 +379,7 @@ class Run:
                     band=c.success_band,
                     rng=rng,
                     min_pairs=c.min_pairs,
+                    base_weights=self._base_weights(f),
                 )
             elif m.generation == "sr_guided":
                 out += gen.sr_guided_requests(
@@ -390,6 +400,47 @@ class Run:
                 out += gen.domain_rand_requests(
                     f, c.envs_per_family, self.bases[f], seed=self.seed, round_=r, rng=rng
                 )
+        return out
+
+    def _transfer_programs(self, r: int) -> None:
+        """Appendix A: lift every validated generation program to the other families; a lifted program that
+        binds to the family's base scenes opens a candidate mode there, kept only if its control experiment
+        validates it with variant success inside the success band (see `validate`)."""
+        from coda.engine.factors import PHASE_FACTORS
+        from coda.memory.programs import bind_roles, transfer_program
+        from coda.sim.scene import SceneSpec
+
+        stored = self.memory.programs("generation")
+        for mode in self.memory.modes("validated"):
+            source = stored.get(mode.generation_program_id)
+            if source is None or source.get("source") == "transfer":
+                continue  # no chains of transfers
+            for f in self.families:
+                if f == mode.family:
+                    continue
+                lifted = transfer_program(source, f)
+                if lifted is None or lifted["id"] in stored:
+                    continue
+                if not bind_roles(lifted, SceneSpec.from_json(self.bases[f][0]), max_bindings=3):
+                    continue
+                phases = [p for p, fs in PHASE_FACTORS[f].items() if lifted["perturbs"] in fs]
+                phase = mode.phase if mode.phase in phases else (phases or list(PHASE_FACTORS[f]))[0]
+                self.memory.add_mode(
+                    f,
+                    phase,
+                    lifted["perturbs"],
+                    f"transferred from {mode.mode_id}: {mode.cause}",
+                    r,
+                    generation_program_id=self.memory.add_program(lifted),
+                )
+                stored[lifted["id"]] = lifted
+
+    def _base_weights(self, family: str) -> list[float]:
+        """Estimated success of the policy on each base scene, (s + 1) / (n + 2) from earlier controls."""
+        out = []
+        for b in self.base_hashes[family]:
+            s, n = self.base_stats.get(b, (0, 0))
+            out.append((s + 1) / (n + 2))
         return out
 
     def _frozen_requests(self, family: str, r: int, rng: np.random.Generator) -> list[gen.EnvRequest]:
@@ -466,12 +517,14 @@ class Run:
 
         c = self.c
         t0, cpu0 = time.perf_counter(), time.process_time()
+        self.round_worker0 = self.worker_cpu_s
         rng = np.random.default_rng([self.seed, r, 0])
         # 1-2. allocate and generate
         requests = self.requests(r, rng)
         for slot, q in enumerate(requests):
             q.slot = slot
         built = self.ex.map(generate_job, [q.job() for q in requests], desc=f"round {r}: generate")
+        self.worker_cpu_s += sum(x.value.get("cpu_s", 0.0) for x in built if x.ok)
         envs = []
         for q, res in zip(requests, built):
             value = res.value if res.ok else None
@@ -521,6 +574,10 @@ class Run:
                     self.updates,
                     rollout_id=_rollout_id(r, q, rec),
                 )
+            if q.split == "control":
+                stats = self.base_stats.setdefault(rec.scene_hash, [0, 0])
+                stats[0] += int(rec.success)
+                stats[1] += 1
             if self.method.generation == "sr_guided" and q.split != "control":
                 self._sr_record(v["scene"], q.family, rec.success)
         # 4. diagnose failures, cluster into modes, compile candidate programs
@@ -694,6 +751,15 @@ class Run:
                 min_pairs=self.c.min_pairs,
                 alpha=self.c.validate_alpha,
             )
+            program = self.memory.program(mode.generation_program_id) if mode.generation_program_id else {}
+            lo, hi = self.c.success_band
+            if program.get("source") == "transfer" and test["decision"] == "validated":
+                if not lo <= test["targeted_success"] <= hi:  # Appendix A: variants must stay in the band
+                    test = {
+                        **test,
+                        "decision": "rejected",
+                        "reason": "transferred variant success outside the band",
+                    }
             if mode.status == "candidate" and test["decision"] != "undecided":
                 self.memory.set_mode_status(mode_id, test["decision"], test)
                 self._settle_diagnoses(mode_id)
@@ -817,7 +883,7 @@ class Run:
                 beta=c.beta,
                 temperature=c.temperature,
                 imitation_weight=self._imitation_weight(),
-                normalize=True,
+                normalize=c.normalize_advantages,
                 seed=self.seed * 7919 + r,
             ),
         )
@@ -1043,11 +1109,24 @@ class Run:
             "schedule_checks": track,
             "wall_s": round(wall_s, 1),
             "cpu_s": round(cpu_s, 1),
+            "worker_cpu_s": round(self.worker_cpu_s - self.round_worker0, 1),
             **evaluation,
         }
         if self.method.uses_memory:
             m.update(self.memory_metrics())
         return m
+
+    def _transfer_counts(self) -> dict[str, int]:
+        programs = self.memory.programs("generation")
+        transferred = [
+            m
+            for m in self.memory.modes()
+            if m.generation_program_id and programs[m.generation_program_id].get("source") == "transfer"
+        ]
+        return {
+            "transferred_modes": len(transferred),
+            "transferred_validated": sum(m.status == "validated" for m in transferred),
+        }
 
     def memory_metrics(self) -> dict[str, Any]:
         from coda.memory.store import summarize
@@ -1081,6 +1160,7 @@ class Run:
             "agreement_after": None if after is None else round(after, 4),
             "n_scored_diagnoses": int(len(scored)),
             "n_validated_scored": int(len(kept)),
+            **self._transfer_counts(),
         }
 
 

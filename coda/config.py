@@ -250,6 +250,7 @@ class CoevolveConfig:
     lora_rank: int = 8  # rank of the LoRA adapters trained during co-evolution
     lr: float = 1.0e-3  # AdamW learning rate of the adapters
     beta: float = 1.0  # AWR temperature
+    normalize_advantages: bool = False  # divide advantages by their batch std before exp(A/β)
     imitation_weight: float = 1.0  # default weight of imitation on planner demonstrations
     scheduling: str = "fixed"  # "fixed" (every method the same updates) or "adaptive" (paper rule, Table 9)
     min_modes_in_band: int = 8  # adaptive: end a round when fewer modes than this remain in the band
@@ -261,6 +262,7 @@ class CoevolveConfig:
     vlm_model: str | None = None  # diagnoser "vlm": local path of an image-text-to-text model
     llm_model: str | None = None  # compiler "hf": local path of a causal LM; "openai": the model name
     llm_endpoint: str | None = None  # compiler "openai": base URL of an OpenAI-compatible server
+    transfer: bool = False  # lift validated generation programs to the other families (Appendix A, Table 6)
     potential: str = "full"  # Text2potential variant (Table 4 rows)
     eval_id_per_family: int = 10  # held-back seed scenes per family evaluated after every round
     eval_ood_per_suite: int = 10  # held-out scenes per suite per family evaluated after every round
@@ -304,6 +306,12 @@ class CoevolveConfig:
         if not 0 <= lo < hi <= 1:
             raise ConfigError("success_band", f"expected 0 <= low < high <= 1, got {list(band)}")
         object.__setattr__(self, "success_band", (lo, hi))
+        if not isinstance(self.normalize_advantages, bool):
+            raise ConfigError(
+                "normalize_advantages", f"expected true or false, got {_got(self.normalize_advantages)}"
+            )
+        if not isinstance(self.transfer, bool):
+            raise ConfigError("transfer", f"expected true or false, got {_got(self.transfer)}")
         _check_choice("scheduling", self.scheduling, SCHEDULES)
         if not (isinstance(self.diagnoser, str) and self.diagnoser.startswith("noisy:")):
             _check_choice("diagnoser", self.diagnoser, DIAGNOSERS)

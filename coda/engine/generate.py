@@ -148,8 +148,12 @@ def memory_requests(
     band: tuple[float, float],
     rng: np.random.Generator,
     min_pairs: int = 2,
+    base_weights: Sequence[float] | None = None,
 ) -> list[EnvRequest]:
-    """CoDA's allocation for one family: `n` slots of two environments each (see the module docstring)."""
+    """CoDA's allocation for one family: `n` slots of two environments each (see the module docstring).
+
+    Base scenes are drawn with probability ∝ `base_weights` (the policy's estimated success on them, from
+    earlier controls): a control experiment can only show a drop where the policy succeeds on the control."""
     modes = [m for m in modes if m.family == family]
     n_novel, n_replay, n_modes = split_budget(n, novel_share, replay_share, len(modes))
     if not stored:
@@ -162,10 +166,14 @@ def memory_requests(
         scene = stored[int(rng.integers(len(stored)))]
         out.append(EnvRequest(family, "replay", seed_for(seed, round_, family, "replay", k), base=scene))
     counts = mode_counts(modes, n_modes, band, min_pairs)
+    p = None
+    if base_weights is not None:
+        w = np.asarray(base_weights, dtype=np.float64)
+        p = w / w.sum()
     pair = 0
     for mode, count in zip(modes, counts):
         for _ in range(count):
-            base = bases[int(rng.integers(len(bases)))]
+            base = bases[int(rng.choice(len(bases), p=p))]
             common = {
                 "mode_id": mode.mode_id,
                 "pair": pair,

@@ -4,13 +4,23 @@ policy out. They run in executor workers (`coda.sim.executor`), each of which ho
 
 Every job derives its randomness from the integers it is given, so its result is a function of the job
 alone, whichever worker runs it and whatever that worker ran before.
+
+Fault injection (tests only; off unless set): ``CODA_FAULT_INJECT="rollout:segfault:<prefix>,rollout:hang:<prefix>"``
+makes `rollout_job` kill its worker with SIGSEGV, or sleep forever, on every scene whose hash starts with
+``<prefix>``, so that the executor's crash and timeout handling can be exercised inside a real ``coda run``
+(`tests/reliability/test_sim_faults.py`).
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from typing import Any
 
 import numpy as np
+
+FAULT_ENV = "CODA_FAULT_INJECT"
 
 _ACTORS: dict[tuple, Any] = {}  # (policy_dir, critic_dir, j, temperature, seed) -> rollout policy
 
@@ -30,6 +40,7 @@ def generate_job(job: dict[str, Any]) -> dict[str, Any]:
     from coda.sim.scene import SceneSpec
     from coda.sim.validity import certify_scene
 
+    cpu0 = time.process_time()
     world = data._WORLD
     rng = np.random.default_rng(np.random.SeedSequence(job["seed"]))
     family = REGISTRY[job["family"]]
@@ -63,6 +74,7 @@ def generate_job(job: dict[str, Any]) -> dict[str, Any]:
         "trace": trace,
         "certified": bool(demo is not None and demo.success),
         "demo": None,
+        "cpu_s": time.process_time() - cpu0,
     }
     if out["certified"]:
         out["demo"] = {
@@ -86,6 +98,7 @@ def _rejected(job: dict[str, Any], trace: list[dict[str, Any]]) -> dict[str, Any
         "trace": trace,
         "certified": False,
         "demo": None,
+        "cpu_s": 0.0,
     }
 
 
@@ -112,14 +125,30 @@ def rollout_job(job: dict[str, Any]) -> dict[str, Any]:
             _ACTORS[key] = CriticGuidedPolicy(policy, critic, j=key[2], temperature=key[3], seed=key[4])
         else:
             _ACTORS[key] = policy.eval()
+    cpu0 = time.process_time()
     scene = SceneSpec.from_json(job["scene"])
+    _inject_fault(scene.hash)
     rec = run_episode(data._WORLD, scene, _ACTORS[key], max_chunks=job["max_chunks"])
     if job.get("record"):
-        return rec.to_dict()
+        return {**rec.to_dict(), "cpu_s": time.process_time() - cpu0}
     return {
         "family": scene.family,
         "hash": scene.hash,
         "success": rec.success,
         "phase_reached": rec.phase_reached,
         "steps": rec.steps,
+        "cpu_s": time.process_time() - cpu0,
     }
+
+
+def _inject_fault(scene_hash: str) -> None:
+    """The test hook of the module docstring: crash or hang on the scenes `CODA_FAULT_INJECT` names."""
+    for item in filter(None, os.environ.get(FAULT_ENV, "").split(",")):
+        job, kind, prefix = (item.split(":") + ["", ""])[:3]
+        if job != "rollout" or not prefix or not scene_hash.startswith(prefix):
+            continue
+        if kind == "segfault":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        elif kind == "hang":
+            while True:
+                time.sleep(3600)

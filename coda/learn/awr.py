@@ -221,7 +221,10 @@ def awr_update(
     was_training = policy.training
     policy.eval()
     with torch.no_grad():
-        candidates = policy.sample(obs, instr, j, generator=generator)  # (B, j, h, 7)
+        # regression targets are the unclipped samples: clipped ones pile up at ±1 and would drag an action
+        # that sits at a bound (the gripper's open/close command) toward the interior, update after update
+        raw = policy.sample(obs, instr, j, generator=generator, clip=False)  # (B, j, h, 7)
+        candidates = raw.clamp(-1.0, 1.0)  # what would be executed, and what the critic scores
         q = critic(obs, instr, candidates).float()  # (B, j)
         advantages = q - state_value(q, value, temperature)[:, None]  # (B, j)
         scaled = advantages / advantages.std().clamp(min=1e-6) if normalize else advantages
@@ -230,7 +233,7 @@ def awr_update(
     pairs = {
         "obs": obs.repeat_interleave(j, dim=0),
         "instr": instr.repeat_interleave(j, dim=0),
-        "chunk": candidates.reshape(b * j, h, a),
+        "chunk": raw.reshape(b * j, h, a),
     }
     policy.train()
     awr_loss = policy.loss(pairs, weights.reshape(-1), generator=generator)

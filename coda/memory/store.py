@@ -571,6 +571,17 @@ class Memory:
             stored["mode_id"] = mode_id
         return mode_id
 
+    def add_mode(
+        self, family: str, phase: str, factor: str, cause: str, round: int, *, generation_program_id: str
+    ) -> str:
+        """Open a candidate mode for a program that did not come from a diagnosis of this family (a program
+        transferred from another family, Appendix A); its control experiment decides it like any other."""
+        prefix = f"{family}/{phase}/{factor}/"
+        mode_id = f"{prefix}{sum(m.startswith(prefix) for m in self._modes)}"
+        self._add_mode(mode_id, family, phase, factor, cause, round)
+        self.set_mode_programs(mode_id, generation_program_id=generation_program_id)
+        return mode_id
+
     def _add_mode(self, mode_id: str, family: str, phase: str, factor: str, cause: str, round: int) -> None:
         row = _make_row(
             "modes",

@@ -102,9 +102,15 @@ class ChunkPolicy(nn.Module):
     # what subclasses implement
 
     def sample(
-        self, obs: Tensor, instr_emb: Tensor, j: int, generator: torch.Generator | None = None
+        self,
+        obs: Tensor,
+        instr_emb: Tensor,
+        j: int,
+        generator: torch.Generator | None = None,
+        clip: bool = True,
     ) -> Tensor:
-        """`j` candidate chunks per row: obs (B, obs_dim), instr_emb (B, 384) -> (B, j, h, 7) in [-1, 1]."""
+        """`j` candidate chunks per row: obs (B, obs_dim), instr_emb (B, 384) -> (B, j, h, 7) in [-1, 1]
+        (``clip=False``: before clipping, for regression targets that must not be biased at the bounds)."""
         raise NotImplementedError
 
     def loss(

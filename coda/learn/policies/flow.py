@@ -176,7 +176,12 @@ class FlowPolicy(ChunkPolicy):
 
     @torch.no_grad()
     def sample(
-        self, obs: Tensor, instr_emb: Tensor, j: int, generator: torch.Generator | None = None
+        self,
+        obs: Tensor,
+        instr_emb: Tensor,
+        j: int,
+        generator: torch.Generator | None = None,
+        clip: bool = True,
     ) -> Tensor:
         self.check_inputs(obs, instr_emb)
         c = self.config
@@ -192,4 +197,4 @@ class FlowPolicy(ChunkPolicy):
         time_tokens = self.time_tokens(dt * torch.arange(c.flow_steps, dtype=torch.float32))  # (steps, h, d)
         for step in range(c.flow_steps):
             x = x + dt * self.velocity(kv, x, time_tokens[step : step + 1])
-        return x.clamp(-1.0, 1.0).view(b, j, c.horizon, c.action_dim)
+        return (x.clamp(-1.0, 1.0) if clip else x).view(b, j, c.horizon, c.action_dim)

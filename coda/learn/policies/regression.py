@@ -110,11 +110,17 @@ class RegressionPolicy(ChunkPolicy):
 
     @torch.no_grad()
     def sample(
-        self, obs: Tensor, instr_emb: Tensor, j: int, generator: torch.Generator | None = None
+        self,
+        obs: Tensor,
+        instr_emb: Tensor,
+        j: int,
+        generator: torch.Generator | None = None,
+        clip: bool = True,
     ) -> Tensor:
         self.check_inputs(obs, instr_emb)
         c = self.config
         mean = self.mean_chunk(obs, instr_emb)[:, None]  # (B, 1, h, 7)
         noise = torch.randn(obs.shape[0], j, c.horizon, c.action_dim, generator=generator)
         noise[:, 0] = 0.0  # candidate 0 is the mean chunk
-        return (mean + self.std() * noise).clamp(-1.0, 1.0)
+        out = mean + self.std() * noise
+        return out.clamp(-1.0, 1.0) if clip else out

@@ -1,0 +1,165 @@
+"""Run-directory maintenance: disk use by kind, and pruning of rounds a resume no longer needs.
+
+A run directory (`coda.coevolve`) keeps, for every complete round N, a checkpoint ``rounds/round-NNNN/``
+(adapter, critic, replay buffer, demonstrations, state) and a memory snapshot ``memory/round-NNNN/``.
+Resuming needs only the last complete round; the older ones are history (e.g. for the memory-snapshot
+study) and can be pruned.
+
+`prune` removes the checkpoints and snapshots of the complete rounds older than the last ``keep`` complete
+rounds, together with temporary directories of those old rounds left by an interrupted save. It never
+removes the latest complete round, never touches a run that has no complete round, and leaves everything
+else alone: ``rounds.json`` and ``metrics.json`` (the per-round metrics), ``run.json``, the workers' actor
+and any round after the last complete one (an interrupted round that a resume redoes). A pruned run
+resumes exactly as before.
+
+Example:
+    >>> run_usage("runs/coda-0")["by_kind"]
+    {'checkpoints': 9123456, 'memory': 812345, 'actor': 1234567, 'metrics': 23456, 'other': 1234}
+    >>> prune("runs/coda-0", keep=1)["freed_bytes"]
+    7345678
+
+    $ coda prune runs/coda-0 --keep 2 --dry-run --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+# rounds/round-0003 (complete when it holds state.json), rounds/round-0003.tmp (a round being written)
+_CHECKPOINT = re.compile(r"round-(\d+)(\.tmp)?")
+# memory/round-0003, memory/.round-0003.tmp-<pid>-<token>[-old] (a snapshot being written or replaced)
+_SNAPSHOT = re.compile(r"\.?round-(\d+)(\.tmp-.*)?")
+# top-level directories of a run by kind (see coda.coevolve); files at the top level are metrics/records
+KINDS = {"rounds": "checkpoints", "memory": "memory", "actor": "actor"}
+
+
+def _size(path: Path) -> int:
+    """Apparent size in bytes of a file or a directory tree (symlinks count as links, not followed)."""
+    if path.is_symlink() or not path.is_dir():
+        return path.lstat().st_size
+    total = 0
+    for dirpath, _, filenames in os.walk(path):
+        for name in filenames:
+            total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def complete_rounds(run_dir: str | Path) -> list[int]:
+    """The rounds whose checkpoint is complete (``rounds/round-NNNN/state.json`` exists), ascending."""
+    rounds = Path(run_dir) / "rounds"
+    if not rounds.is_dir():
+        return []
+    done = []
+    for p in rounds.iterdir():
+        m = _CHECKPOINT.fullmatch(p.name)
+        if m and not m.group(2) and not p.is_symlink() and (p / "state.json").is_file():
+            done.append(int(m.group(1)))
+    return sorted(done)
+
+
+def run_usage(run_dir: str | Path) -> dict[str, Any]:
+    """Disk use of a run directory in bytes: total, by kind and per complete round.
+
+    Kinds: ``checkpoints`` (``rounds/``), ``memory`` (snapshots), ``actor`` (the rollout policy the workers
+    load), ``metrics`` (files at the top level: ``rounds.json``, ``metrics.json``, ``run.json``) and
+    ``other``.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: not a directory")
+    by_kind = {"checkpoints": 0, "memory": 0, "actor": 0, "metrics": 0, "other": 0}
+    for p in run_dir.iterdir():
+        kind = KINDS.get(p.name) if p.is_dir() and not p.is_symlink() else "metrics"
+        by_kind[kind or "other"] += _size(p)
+    per_round = {
+        r: {
+            "checkpoint": _size(run_dir / "rounds" / f"round-{r:04d}"),
+            "memory": _size(m) if (m := run_dir / "memory" / f"round-{r:04d}").exists() else 0,
+        }
+        for r in complete_rounds(run_dir)
+    }
+    return {"total_bytes": sum(by_kind.values()), "by_kind": by_kind, "per_round": per_round}
+
+
+def prune(run_dir: str | Path, keep: int = 1, dry_run: bool = False) -> dict[str, Any]:
+    """Remove the checkpoints and memory snapshots of complete rounds older than the last `keep` ones.
+
+    Returns what was (with ``dry_run``: would be) removed: ``complete_rounds``, ``kept_rounds``,
+    ``pruned_rounds``, ``removed`` (paths relative to the run directory) and ``freed_bytes``.
+    """
+    run_dir = Path(run_dir)
+    if keep < 1:
+        raise ValueError(
+            f"--keep: expected an integer >= 1 (the latest complete round is always kept), got {keep}"
+        )
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: not a directory")
+    done = complete_rounds(run_dir)
+    kept = done[-keep:]
+    cutoff = kept[0] if kept else 0  # with no complete round nothing is below the cut-off
+    victims: list[Path] = []
+    for folder, pattern in (("rounds", _CHECKPOINT), ("memory", _SNAPSHOT)):
+        if not (run_dir / folder).is_dir():
+            continue
+        for p in sorted((run_dir / folder).iterdir()):
+            m = pattern.fullmatch(p.name)
+            if m and int(m.group(1)) < cutoff:
+                victims.append(p)
+    freed = sum(_size(p) for p in victims)
+    if not dry_run:
+        for p in victims:
+            if p.is_symlink() or not p.is_dir():
+                p.unlink()
+            else:
+                shutil.rmtree(p)
+    return {
+        "run_dir": str(run_dir),
+        "dry_run": dry_run,
+        "complete_rounds": done,
+        "kept_rounds": kept,
+        "pruned_rounds": [r for r in done if r < cutoff],
+        "removed": [p.relative_to(run_dir).as_posix() for p in victims],
+        "freed_bytes": freed,
+    }
+
+
+# -- `coda prune` -------------------------------------------------------------------------------------------
+def add_prune_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``prune RUN_DIR [--keep N] [--dry-run] [--json]`` to the ``coda`` subparsers."""
+    p = subparsers.add_parser(
+        "prune", help="remove checkpoints and memory snapshots of rounds older than the last N complete ones"
+    )
+    p.add_argument("run_dir", help="a run directory written by `coda run`")
+    p.add_argument("--keep", type=int, default=1, help="complete rounds to keep (default 1: the latest)")
+    p.add_argument("--dry-run", action="store_true", help="only report what would be removed")
+    p.add_argument("--json", action="store_true")
+    return p
+
+
+def run_prune_command(args: argparse.Namespace) -> int:
+    from coda.cli import UserError  # lazily: coda.cli imports this module
+
+    try:
+        report = prune(args.run_dir, keep=args.keep, dry_run=args.dry_run)
+    except (FileNotFoundError, ValueError) as err:
+        raise UserError(str(err)) from None
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    verb = "would free" if args.dry_run else "freed"
+    if not report["complete_rounds"]:
+        print(f"{args.run_dir}: no complete round; nothing pruned")
+    elif not report["removed"]:
+        print(f"{args.run_dir}: nothing to prune (keeping rounds {report['kept_rounds']})")
+    else:
+        print(
+            f"{args.run_dir}: pruned rounds {report['pruned_rounds']} ({len(report['removed'])} directories), "
+            f"{verb} {report['freed_bytes'] / 1e6:.1f} MB; kept rounds {report['kept_rounds']}"
+        )
+    return 0
