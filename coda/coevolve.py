@@ -35,7 +35,7 @@ import json
 import shutil
 import subprocess
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +86,24 @@ METHODS: dict[str, Method] = {
         Method("memory_reuse", "frozen", "programs", store_training=True, frozen=True),
     )
 }
+
+
+class FailureLog:
+    """The run's executor, keeping the jobs that failed after the executor's retries (a worker that crashed
+    or hung twice, an exception) with their reason until the round's metrics report them."""
+
+    def __init__(self, executor):
+        self.executor, self.failures = executor, []
+
+    def map(self, fn, jobs, *, desc: str = "") -> list:
+        results = self.executor.map(fn, jobs, desc=desc)
+        self.failures += [f"{desc}: {r.error}" for r in results if not r.ok]
+        return results
+
+    def report(self) -> dict[str, Any]:
+        """`failed_jobs` and `failure_reasons` (reason -> count) since the last report."""
+        reasons, self.failures = Counter(self.failures), []
+        return {"failed_jobs": sum(reasons.values()), "failure_reasons": dict(sorted(reasons.items()))}
 
 
 def git_info() -> dict[str, Any]:
@@ -144,7 +162,8 @@ class Run:
         from coda.memory.store import Memory
 
         self.cfg, self.c, self.method, self.seed = cfg, cfg.coevolve, method, seed
-        self.data_dir, self.sft_dir, self.out, self.ex = Path(data_dir), Path(sft_dir), Path(out), executor
+        self.data_dir, self.sft_dir, self.out = Path(data_dir), Path(sft_dir), Path(out)
+        self.ex = FailureLog(executor)
         self.families = tuple(cfg.data.families)
         self.memory_from = memory_from
         self.memory = Memory()
@@ -1099,6 +1118,9 @@ class Run:
             if built
             else None,
             "certified": sum(v["certified"] for v in built),
+            # the paper's budgets are per family over a run: 320 accepted environments, 1,280 demonstrations
+            "envs_accepted_total": sum(m["envs_accepted"] for m in self.history)
+            + sum(v["scene"] is not None for v in built),
             "demos_total": len(self.demos),
             "rollouts": len(rollouts),
             "success_by_split": {k: round(float(np.mean(v)), 4) for k, v in sorted(by_split.items())},
@@ -1109,6 +1131,7 @@ class Run:
             "schedule_checks": track,
             "wall_s": round(wall_s, 1),
             "cpu_s": round(cpu_s, 1),
+            **self.ex.report(),
             "worker_cpu_s": round(self.worker_cpu_s - self.round_worker0, 1),
             **evaluation,
         }

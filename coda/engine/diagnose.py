@@ -888,28 +888,11 @@ class PhaseOnlyDiagnoser:
 
 # -- the VLM critic ---------------------------------------------------------------------------------
 def extract_json_object(text: str) -> dict | None:
-    """The first balanced ``{...}`` in `text` that parses as a JSON object (strings respected), else None."""
-    start = text.find("{")
-    while start != -1:
-        depth, in_str, esc = 0, False, False
-        for i in range(start, len(text)):
-            ch = text[i]
-            if in_str:
-                esc, in_str = (False, in_str) if esc else (ch == "\\", ch != '"')
-            elif ch == '"':
-                in_str = True
-            elif ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    try:
-                        obj = json.loads(text[start : i + 1])
-                    except json.JSONDecodeError:
-                        break
-                    return obj if isinstance(obj, dict) else None
-        start = text.find("{", start + 1)
-    return None
+    """The first balanced ``{...}`` in `text` that parses as a JSON object (strings respected), else None;
+    the same parser the program compilers use (`coda.engine.compile.extract_json`), never an evaluation."""
+    from coda.engine.compile import extract_json
+
+    return extract_json(text)
 
 
 def phase_log(record: RolloutRecord) -> list[str]:

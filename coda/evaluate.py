@@ -1,0 +1,82 @@
+"""Results across runs: success per method as mean ± standard error over seeds, and paired differences.
+
+Every method is evaluated on the same episodes (the held-back seed scenes and the first scenes of each
+held-out suite, fixed by the data), so two runs of the same seed can be compared episode by episode. A run's
+``metrics.json`` carries ``eval_outcomes``, one character per evaluation episode in a fixed order
+("1" success, "0" failure): ID episodes first, then OOD episodes by family and suite.
+
+Example:
+    >>> rows = summarize({"coda": ["runs/coda-0", "runs/coda-1"], "sft": ["runs/sft-0"]}, reference="sft")
+    >>> rows[0]["ood_mean"], rows[0]["ood_se"], rows[0]["paired_diff"]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def mean_se(values: Sequence[float]) -> tuple[float | None, float | None]:
+    """Mean and standard error of the mean (sample std / sqrt(n)); s.e. is None for a single value."""
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return None, None
+    m = sum(vals) / len(vals)
+    if len(vals) < 2:
+        return m, None
+    var = sum((v - m) ** 2 for v in vals) / (len(vals) - 1)
+    return m, math.sqrt(var / len(vals))
+
+
+def load_metrics(run_dir: str | Path) -> dict[str, Any]:
+    path = Path(run_dir) / "metrics.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no metrics (has the run finished?)")
+    return json.loads(path.read_text())
+
+
+def _ood_outcomes(m: Mapping[str, Any]) -> str:
+    return m["eval_outcomes"][m["n_id"] :]
+
+
+def summarize(runs: Mapping[str, Sequence[str | Path]], reference: str | None = None) -> list[dict[str, Any]]:
+    """One row per method: ID and OOD success (mean ± s.e. over its runs) and, with `reference`, the paired
+    OOD difference to it (per seed: the mean over the shared episodes of method − reference; then mean ±
+    s.e. over seeds). A reference with a single run (e.g. the one SFT checkpoint) pairs with every seed."""
+    metrics = {name: [load_metrics(d) for d in dirs] for name, dirs in runs.items()}
+    ref = {m["seed"]: m for m in metrics.get(reference, [])} if reference else {}
+    rows = []
+    for name, ms in metrics.items():
+        ood_mean, ood_se = mean_se([m["ood_success"] for m in ms])
+        id_mean, id_se = mean_se([m["id_success"] for m in ms])
+        row = {
+            "method": name,
+            "n": len(ms),
+            "seeds": sorted(m["seed"] for m in ms),
+            "ood_mean": ood_mean,
+            "ood_se": ood_se,
+            "id_mean": id_mean,
+            "id_se": id_se,
+            "ood_by_suite": {
+                s: mean_se([m["ood_by_suite"][s] for m in ms])[0] for s in ms[0]["ood_by_suite"]
+            },
+            "ood_by_family": {
+                f: mean_se([m["ood_by_family"][f] for m in ms])[0] for f in ms[0]["ood_by_family"]
+            },
+        }
+        if ref and name != reference:
+            diffs = []
+            for m in ms:
+                other = ref.get(m["seed"]) or (next(iter(ref.values())) if len(ref) == 1 else None)
+                if other is None:
+                    continue
+                a, b = _ood_outcomes(m), _ood_outcomes(other)
+                if len(a) != len(b):
+                    raise ValueError(f"{name} seed {m['seed']}: evaluated on other episodes than {reference}")
+                diffs.append(sum(int(x) - int(y) for x, y in zip(a, b)) / len(a))
+            row["paired_diff"], row["paired_se"] = mean_se(diffs)
+        rows.append(row)
+    return rows
