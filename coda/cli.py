@@ -205,6 +205,16 @@ def data_ensure(data_dir: Path, dvc_file: Path, cfg) -> str:
 
 
 # -- entry point -------------------------------------------------------------------------------------------
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     # --params/--profile are accepted before or after the subcommand (`coda sft --profile smoke ...`)
     common = argparse.ArgumentParser(add_help=False)
@@ -226,7 +236,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--n-seeds", type=int, default=None, help="seed layouts in total (default 500)")
     b.add_argument("--suite-size", type=int, default=None, help="held-out scenes per suite (default 100)")
     b.add_argument("--families", nargs="+", default=None)
-    b.add_argument("--workers", type=int, default=None)
+    b.add_argument("--workers", type=_positive_int, default=None)
     e = dsub.add_parser("ensure", help="pull or rebuild data/ so that it matches data.dvc")
     e.add_argument("--out", default="data")
     e.add_argument("--dvc-file", default="data.dvc")
@@ -236,7 +246,7 @@ def _parser() -> argparse.ArgumentParser:
     pc.add_argument("--family", default="all")
     pc.add_argument("--n", type=int, default=None, help="seed scenes per family (default planner.n_check)")
     pc.add_argument("--data", default="data")
-    pc.add_argument("--workers", type=int, default=None)
+    pc.add_argument("--workers", type=_positive_int, default=None)
     pc.add_argument("--json", action="store_true")
     pc.add_argument("--out", default=None, help="also write the JSON here")
 
@@ -246,13 +256,13 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--split", default="generator")
     sc.add_argument("--validity", action="store_true", help="run the validity checks (the only mode so far)")
     sc.add_argument("--data", default="data")
-    sc.add_argument("--workers", type=int, default=None)
+    sc.add_argument("--workers", type=_positive_int, default=None)
     sc.add_argument("--json", action="store_true")
 
     sft = sub.add_parser("sft", help="SFT on planner demonstrations; writes DIR/policy and DIR/metrics.json")
     sft.add_argument("--out", required=True)
     sft.add_argument("--data", default="data")
-    sft.add_argument("--workers", type=int, default=None)
+    sft.add_argument("--workers", type=_positive_int, default=None)
     sft.add_argument(
         "--metrics-out", default=None, help="also write the metrics here (for DVC, tracked by git)"
     )
@@ -268,7 +278,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", required=True)
     run.add_argument("--sft", default="runs/sft", help="directory holding the SFT policy (policy/)")
     run.add_argument("--data", default="data")
-    run.add_argument("--workers", type=int, default=None)
+    run.add_argument("--workers", type=_positive_int, default=None)
     run.add_argument("--metrics-out", default=None, help="also write the final metrics here")
     run.add_argument(
         "--memory", default=None, help="memory_reuse: a run directory, snapshot or pulled Hub copy"
@@ -399,3 +409,6 @@ def main(argv: list[str] | None = None) -> None:
     except (UserError, ConfigError, SceneSpecError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        print("interrupted; re-running `coda run` on the same --out resumes it", file=sys.stderr)
+        sys.exit(130)

@@ -152,14 +152,14 @@ def run_prune_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
         return 0
-    verb = "would free" if args.dry_run else "freed"
+    pruned, freed = ("would prune", "would free") if args.dry_run else ("pruned", "freed")
     if not report["complete_rounds"]:
         print(f"{args.run_dir}: no complete round; nothing pruned")
     elif not report["removed"]:
         print(f"{args.run_dir}: nothing to prune (keeping rounds {report['kept_rounds']})")
     else:
         print(
-            f"{args.run_dir}: pruned rounds {report['pruned_rounds']} ({len(report['removed'])} directories), "
-            f"{verb} {report['freed_bytes'] / 1e6:.1f} MB; kept rounds {report['kept_rounds']}"
+            f"{args.run_dir}: {pruned} rounds {report['pruned_rounds']} ({len(report['removed'])} directories), "
+            f"{freed} {report['freed_bytes'] / 1e6:.1f} MB; kept rounds {report['kept_rounds']}"
         )
     return 0

@@ -71,7 +71,7 @@ def sft_dir(small_data, tiny_params, tmp_path_factory):
     return out
 
 
-def _run(small_data, tiny_params, sft_dir, out, method="coda", **kw):
+def _run(small_data, tiny_params, sft_dir, out, method="coda", extra=(), **kw):
     return _coda(
         "run",
         "--params",
@@ -90,6 +90,7 @@ def _run(small_data, tiny_params, sft_dir, out, method="coda", **kw):
         str(small_data),
         "--workers",
         "2",
+        *extra,
         timeout=900,
         **kw,
     )
@@ -218,3 +219,65 @@ def test_killed_run_resumes_to_the_uninterrupted_result(small_data, tiny_params,
     a = {k: v for k, v in json.loads((out / "metrics.json").read_text()).items() if k not in TIMING}
     b = {k: v for k, v in json.loads((coda_run / "metrics.json").read_text()).items() if k not in TIMING}
     assert a == b
+
+
+def test_memory_reuse_trains_on_a_frozen_memory(small_data, tiny_params, sft_dir, coda_run, tmp_path):
+    out = tmp_path / "reuse"
+    _run(small_data, tiny_params, sft_dir, out, method="memory_reuse", extra=["--memory", str(coda_run)])
+    rounds = json.loads((out / "rounds.json").read_text())
+    ref = json.loads((coda_run / "rounds.json").read_text())
+    assert [m["envs_requested"] for m in rounds] == [m["envs_requested"] for m in ref]
+    assert all(m["diagnoses"] == 0 for m in rounds)  # nothing new is diagnosed or generated
+    source, reused = (
+        load_snapshot(coda_run / "memory" / "round-0002"),
+        load_snapshot(out / "memory" / "round-0002"),
+    )
+    assert source == reused  # the memory stays frozen
+    missing = _run(small_data, tiny_params, sft_dir, tmp_path / "x", method="memory_reuse", check=False)
+    assert missing.returncode == 2 and "--memory" in missing.stderr
+
+
+def test_transfer_lifts_validated_programs_to_other_families(small_data, tiny_params, sft_dir, tmp_path):
+    import numpy as np
+
+    from coda import data
+    from coda.coevolve import Run
+    from coda.config import load_params
+    from coda.engine.compile import TemplateCompiler
+    from coda.memory.programs import apply_generation
+    from coda.sim.assets import load_catalog
+
+    cfg = load_params(tiny_params, "smoke")
+    run = Run(cfg, METHODS["coda"], 0, small_data, sft_dir, tmp_path / "run", executor=None)
+    scene = data.seed_scenes(small_data, "pick_place")[0]
+    diagnosis = {
+        "family": "pick_place",
+        "variant": scene.task.variant,
+        "phase": "grasp",
+        "factor": "target_yaw",
+        "cause": "the gripper closed beside the object",
+        "confidence": 0.9,
+        "evidence_steps": [10],
+    }
+    program = TemplateCompiler().compile(diagnosis, scene).generation
+    mode_id = run.memory.add_mode(
+        "pick_place",
+        "grasp",
+        "target_yaw",
+        diagnosis["cause"],
+        1,
+        generation_program_id=run.memory.add_program(program),
+    )
+    run.memory.set_mode_status(mode_id, "validated", {"test": "by hand"})
+    run._transfer_programs(2)
+    lifted = [m for m in run.memory.modes() if m.family != "pick_place"]
+    assert {m.family for m in lifted} >= {"stack", "push"}  # both have a graspable/movable target with a yaw
+    catalog = load_catalog(small_data)
+    for mode in lifted:
+        prog = run.memory.program(mode.generation_program_id)
+        assert prog["source"] == "transfer" and prog["parent"] == program["id"] and mode.status == "candidate"
+        base = data.seed_scenes(small_data, mode.family)[0]
+        variant = apply_generation(prog, base, np.random.default_rng(0), catalog)
+        assert variant.family == mode.family
+    run._transfer_programs(3)  # idempotent: each program is lifted once per family
+    assert len([m for m in run.memory.modes() if m.family != "pick_place"]) == len(lifted)

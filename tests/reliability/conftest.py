@@ -7,9 +7,10 @@ tests/conftest.py.
 """
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from rel_helpers import Coda, tiny_params, write_params
+from rel_helpers import EPISODE_TIMEOUT_S, Coda, GarbageLLM, tiny_params, write_params
 
 
 @pytest.fixture(scope="session")
@@ -45,3 +46,29 @@ def reference_run(coda, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("rel-reference") / "run"
     coda.run(out, workers=2)
     return out
+
+
+@pytest.fixture(scope="session")
+def faulty_run(coda, small_data, tmp_path_factory):
+    """One round of `coda run` in a faulty world: the program writer is an LLM endpoint that returns only
+    garbage, one evaluation episode segfaults its worker and another hangs it (`CODA_FAULT_INJECT`)."""
+    from coda import data
+    from coda.sim.families.ranges import SUITES
+
+    llm = GarbageLLM()
+    params = tiny_params(rounds=1, compiler="openai", llm_model="stub-writer", llm_endpoint=llm.url)
+    params["profiles"]["smoke"]["sim"].update(episode_timeout_s=EPISODE_TIMEOUT_S, retries=1)
+    path = write_params(tmp_path_factory.mktemp("rel-faulty") / "params.yaml", params)
+    hang = data.suite_scenes(small_data, "pick_place", SUITES[0], 1)[0].hash
+    crash = data.suite_scenes(small_data, "push", SUITES[-1], 1)[0].hash
+    out = path.parent / "run"
+    try:
+        result = coda.run(
+            out,
+            params=path,
+            check=False,
+            env={"CODA_FAULT_INJECT": f"rollout:segfault:{crash[:16]},rollout:hang:{hang[:16]}"},
+        )
+    finally:
+        llm.close()
+    return SimpleNamespace(out=out, result=result, llm_requests=llm.requests, crash=crash, hang=hang)

@@ -11,6 +11,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = ["pick_place", "push"]
 # metrics that measure time, not results (they differ between identical runs)
+EPISODE_TIMEOUT_S = (
+    12.0  # for the faulty run: several times a normal job here, so only the hung one times out
+)
 TIMING = ("wall_s", "cpu_s", "worker_cpu_s", "schedule_checks")
 
 
@@ -72,19 +75,21 @@ def tiny_params(**coevolve) -> dict:
         demos_per_family=2, demo_repeats=1, epochs=20, eval_id_per_family=1, eval_ood_per_suite=1
     )
     smoke["coevolve"].update(
-        rounds=2,
-        envs_per_family=2,
-        min_pairs=1,
-        demos_per_family=1,
-        rehearsal_per_family=1,
-        critic_steps=4,
-        policy_updates=4,
-        batch_size=16,
-        check_every=2,
-        scheduling="adaptive",
-        eval_id_per_family=1,
-        eval_ood_per_suite=1,
-        **coevolve,
+        {
+            "rounds": 2,
+            "envs_per_family": 2,
+            "min_pairs": 1,
+            "demos_per_family": 1,
+            "rehearsal_per_family": 1,
+            "critic_steps": 4,
+            "policy_updates": 4,
+            "batch_size": 16,
+            "check_every": 2,
+            "scheduling": "adaptive",
+            "eval_id_per_family": 1,
+            "eval_ood_per_suite": 1,
+            **coevolve,
+        }
     )
     return params
 
@@ -93,3 +98,54 @@ def write_params(path: Path, params: dict) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(params))
     return path
+
+
+# replies of a weak (or broken) LLM program writer, served in turn by `GarbageLLM`: prose, JSON that is cut
+# off, programs outside the DSL, a program for another family, and server errors
+GARBAGE_REPLIES = [
+    (200, "The robot should try harder; maybe make the cube lighter."),
+    (200, '{"generation": {"operations": [{"op": "sample", "role": "target", "attr'),
+    (200, '{"generation": {"operations": [{"op": "explode", "role": "target"}]}, "training": {"tools": 3}}'),
+    (200, '{"generation": {"family": "drawer", "operations": []}, "training": null}'),
+    (500, '{"error": "model overloaded"}'),
+    (200, '{"generation": {"operations": [{"op": "set", "role": "robot", "attribute": "colour"}]}}'),
+]
+
+
+class GarbageLLM:
+    """An OpenAI-compatible chat endpoint on 127.0.0.1 that never returns a valid program."""
+
+    def __init__(self) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        llm = self
+        self.requests = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, text = GARBAGE_REPLIES[llm.requests % len(GARBAGE_REPLIES)]
+                llm.requests += 1
+                body = {
+                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 20},
+                }
+                data = json.dumps(body).encode() if status == 200 else text.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
