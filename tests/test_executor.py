@@ -177,7 +177,16 @@ def test_initializer_that_crashes_gives_up():
 @pytest.fixture(scope="module")
 def ray_executor():
     ray = pytest.importorskip("ray", reason="ray is not installed (`pip install ray`)")
-    ray.init(num_cpus=4, ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
+    # Ray workers must import this helper module under the name the driver used (`_executor_jobs` when
+    # pytest runs without the repository root on sys.path)
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    ray.init(
+        num_cpus=4,
+        ignore_reinit_error=True,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env={"env_vars": {"PYTHONPATH": tests_dir}},
+    )
     ex = make_executor("ray", 2, timeout_s=3, retries=1, initializer=J.init_counter, initargs=(0,))
     try:
         yield ex

@@ -48,9 +48,10 @@ def test_killed_then_interrupted_run_resumes_to_the_uninterrupted_result(coda, r
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(60)
     assert last_complete_round(out) == 0 and latest_snapshot(out) is None
-    # re-run; Ctrl-C (SIGINT to the process group) while round 2 is being evaluated
+    # re-run; Ctrl-C (SIGINT to the process group) once round 2 rolls out (well before the round ends, so
+    # that a loaded machine cannot let the run finish before the signal lands)
     proc = _start(args, log)
-    _wait_for(out / "actor" / "round-0002-final", proc)
+    _wait_for(out / "actor" / "round-0002-rollouts", proc)
     os.killpg(proc.pid, signal.SIGINT)
     assert proc.wait(120) == 130
     stderr = log.read_text()
