@@ -20,10 +20,18 @@ TESTS = ROOT / "tests"
 
 
 def _start(args: list[str], log: Path) -> subprocess.Popen:
-    """A child in its own process group (with its simulator workers), like a command started in a terminal."""
+    """A child in its own process group (with its simulator workers), like a command started in a terminal.
+
+    SIGINT is reset to its default first: a test session started in the background (`cmd &` in a script)
+    inherits SIGINT ignored, and Python then never raises KeyboardInterrupt in the child."""
     with open(log, "w") as err:
         return subprocess.Popen(
-            [sys.executable, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+            [sys.executable, *args],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
 
 
