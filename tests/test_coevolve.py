@@ -71,8 +71,8 @@ def sft_dir(small_data, tiny_params, tmp_path_factory):
     return out
 
 
-def _run(small_data, tiny_params, sft_dir, out, method="coda", extra=(), **kw):
-    return _coda(
+def _run_args(small_data, tiny_params, sft_dir, out, method="coda") -> list[str]:
+    return [
         "run",
         "--params",
         str(tiny_params),
@@ -90,10 +90,11 @@ def _run(small_data, tiny_params, sft_dir, out, method="coda", extra=(), **kw):
         str(small_data),
         "--workers",
         "2",
-        *extra,
-        timeout=900,
-        **kw,
-    )
+    ]
+
+
+def _run(small_data, tiny_params, sft_dir, out, method="coda", extra=(), **kw):
+    return _coda(*_run_args(small_data, tiny_params, sft_dir, out, method), *extra, timeout=900, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -183,28 +184,7 @@ def _snapshot_digest(run: Path) -> dict:
 
 def test_killed_run_resumes_to_the_uninterrupted_result(small_data, tiny_params, sft_dir, coda_run, tmp_path):
     out = tmp_path / "killed"
-    cmd = [
-        sys.executable,
-        "-m",
-        "coda",
-        "run",
-        "--params",
-        str(tiny_params),
-        "--profile",
-        "smoke",
-        "--method",
-        "coda",
-        "--seed",
-        "0",
-        "--sft",
-        str(sft_dir),
-        "--out",
-        str(out),
-        "--data",
-        str(small_data),
-        "--workers",
-        "2",
-    ]
+    cmd = [sys.executable, "-m", "coda", *_run_args(small_data, tiny_params, sft_dir, out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
     while not (out / "rounds" / "round-0001" / "state.json").exists():  # kill it during round 2
