@@ -650,6 +650,7 @@ class Run:
         out: dict[str, dict] = {}
         if self.method.frozen or (self.method.shaping == "sparse" and not self.method.uses_memory):
             return out
+        touched: set[str] = set()
         for q, v, rec in progress(rollouts, desc=f"round {r}: diagnose"):
             if rec.success or q.split not in ROLLOUT_SPLITS:
                 continue
@@ -682,6 +683,8 @@ class Run:
             compiled = mode.generation_program_id or mode.training_program_id
             if mode.status == "candidate" and not compiled:
                 self._compile_mode(mode_id, d, scene)
+            touched.add(mode_id)
+        for mode_id in sorted(touched):  # a diagnosis joining an already decided mode is decided with it
             self._settle_diagnoses(mode_id)
         return out
 
@@ -708,6 +711,9 @@ class Run:
         if mode.status not in ("validated", "rejected"):
             return
         program = self.memory.program(mode.generation_program_id) if mode.generation_program_id else None
+        scenes = (
+            {row["scene_hash"]: row["spec_json"] for row in self.memory.rows("scenes")} if program else {}
+        )
         specs = {}
         for d in self.memory.rows("diagnoses"):
             if d["mode_id"] != mode_id:
@@ -718,8 +724,7 @@ class Run:
                 status = "validated"
             else:
                 if d["scene_hash"] not in specs:
-                    row = next(s for s in self.memory.rows("scenes") if s["scene_hash"] == d["scene_hash"])
-                    specs[d["scene_hash"]] = SceneSpec.from_json(row["spec_json"])
+                    specs[d["scene_hash"]] = SceneSpec.from_json(scenes[d["scene_hash"]])
                 status = "validated" if gen.exhibits(program, specs[d["scene_hash"]]) else "rejected"
             if d["status"] != status:
                 self.memory.set_diagnosis_status(d["diagnosis_id"], status)
