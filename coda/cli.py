@@ -147,8 +147,36 @@ def run_sft_command(cfg, data_dir: Path, out: Path, workers: int | None) -> dict
 
 # -- data ------------------------------------------------------------------------------------------------
 def run_method_command(cfg, args) -> dict:
-    from coda.coevolve import METHODS, run_method
+    import dataclasses
+    import shutil
 
+    from coda.coevolve import METHODS, run_method
+    from coda.config import read_experiments, with_variant
+
+    if args.variant is not None:
+        experiments = read_experiments(args.params, args.profile)
+        if args.variant not in experiments.variants:
+            known = ", ".join(experiments.variants) or "none"
+            raise UserError(f"--variant: no experiments.variants.{args.variant} in {args.params} ({known})")
+        variant = experiments.variants[args.variant]
+        if args.method not in (None, variant.method):
+            raise UserError(f"--method {args.method} contradicts variant {args.variant} ({variant.method})")
+        args.method = variant.method
+        cfg = with_variant(cfg, variant)
+        cfg = dataclasses.replace(
+            cfg, coevolve=dataclasses.replace(cfg.coevolve, rounds=cfg.coevolve.ablation_rounds)
+        )
+    if args.method is None:
+        raise UserError("--method or --variant is required")
+    if args.extend is not None:
+        src, out = Path(args.extend), Path(args.out)
+        if not (src / "metrics.json").exists():
+            raise UserError(f"--extend: {src} is not a finished run (no metrics.json)")
+        if not out.exists():  # later calls resume in --out itself
+            shutil.copytree(src, out, ignore=shutil.ignore_patterns("actor"))
+        cfg = dataclasses.replace(
+            cfg, coevolve=dataclasses.replace(cfg.coevolve, rounds=cfg.coevolve.long_rounds)
+        )
     if args.method not in METHODS:
         raise UserError(f"--method: unknown method {args.method!r}; expected one of {', '.join(METHODS)}")
     if args.method == "memory_reuse" and not args.memory:
@@ -266,11 +294,16 @@ def _parser() -> argparse.ArgumentParser:
     sft.add_argument(
         "--metrics-out", default=None, help="also write the metrics here (for DVC, tracked by git)"
     )
+    sft.add_argument(
+        "--backbone-b",
+        action="store_true",
+        help="train Table 7's second backbone (experiments.backbone_b: backbone and epochs)",
+    )
 
     run = sub.add_parser("run", help="run one co-evolution method end to end (resumes in DIR)")
     run.add_argument(
         "--method",
-        required=True,
+        default=None,
         help="sft, domain_rand, uniform, sr_guided, critic_no_memory, "
         "coda, gen_store_only or train_store_only",
     )
@@ -283,6 +316,17 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--memory", default=None, help="memory_reuse: a run directory, snapshot or pulled Hub copy"
     )
+    run.add_argument(
+        "--variant",
+        default=None,
+        help="an ablation from params.yaml's experiments.variants (sets the method and coevolve overrides)",
+    )
+    run.add_argument(
+        "--extend",
+        default=None,
+        metavar="RUN",
+        help="continue a finished run (copied into --out) up to coevolve.long_rounds rounds (Figure 3)",
+    )
 
     from coda.memory.cli import add_memory_commands
 
@@ -291,6 +335,10 @@ def _parser() -> argparse.ArgumentParser:
     from coda.maintenance import add_prune_command
 
     add_prune_command(sub)
+
+    from coda.report.cli import add_report_commands
+
+    add_report_commands(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (print JSON)")
     bench.add_argument("what", choices=["sim"])
@@ -372,6 +420,15 @@ def run(argv: list[str] | None = None) -> int:
         print(json.dumps(counts) if args.json else counts)
     elif args.cmd == "sft":
         _need_data(Path(args.data))
+        if args.backbone_b:  # Table 7's second policy backbone, from experiments.backbone_b
+            import dataclasses
+
+            from coda.config import read_experiments
+
+            b = read_experiments(args.params, args.profile).backbone_b
+            cfg = dataclasses.replace(
+                cfg, sft=dataclasses.replace(cfg.sft, backbone=b["backbone"], epochs=b["epochs"])
+            )
         metrics = run_sft_command(cfg, Path(args.data), Path(args.out), args.workers)
         if args.metrics_out:
             from coda.learn.train import write_json
@@ -390,6 +447,10 @@ def run(argv: list[str] | None = None) -> int:
         from coda.memory.cli import run_memory_command
 
         return run_memory_command(args)
+    elif args.cmd == "report":
+        from coda.report.cli import run_report_command
+
+        return run_report_command(args)
     elif args.cmd == "prune":
         from coda.maintenance import run_prune_command
 

@@ -313,6 +313,7 @@ class Run:
                 "max_chunks": self.cfg.sim.max_chunks,
                 "j": self.c.j,
                 "temperature": self.c.temperature,
+                "selection": self.c.selection,
                 "seed": seed,
                 "record": record,
             }
@@ -617,7 +618,7 @@ class Run:
         # 7. measure progress of training programs and refine the stalled ones
         refined = self.refine(r, rollouts)
         actor = self._publish(f"round-{r:04d}-final")
-        evaluation = self.evaluate(actor)
+        evaluation = self.evaluate(actor) if self.evaluates(r) else self.no_evaluation()
         return self._metrics(
             r,
             envs,
@@ -1046,6 +1047,16 @@ class Run:
         return refined
 
     # -- evaluation -----------------------------------------------------------------------------------------
+    def evaluates(self, r: int) -> bool:
+        """Whether round r ends with an evaluation: the last round, every `eval_every`-th, and every round
+        of a run whose seed is in `curve_seeds` (the per-round curves of Figures 3 and 5)."""
+        c = self.c
+        return r == c.rounds or r % c.eval_every == 0 or self.seed in c.curve_seeds
+
+    def no_evaluation(self) -> dict[str, Any]:
+        keys = ("id_success", "ood_success", "id_by_family", "ood_by_family", "ood_by_suite", "eval_outcomes")
+        return {**dict.fromkeys(keys), "n_id": 0, "n_ood": 0}
+
     def evaluate(self, actor: dict[str, str]) -> dict[str, Any]:
         """ID success on held-back seed scenes and OOD success on the four held-out suites (fixed scenes)."""
         from coda import data

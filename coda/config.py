@@ -225,6 +225,7 @@ SCHEDULES = ("adaptive", "fixed")
 DIAGNOSERS = ("sim", "phase_only", "vlm")  # plus "noisy:<p>" (e.g. "noisy:0.2")
 COMPILERS = ("template", "hf", "openai")
 POTENTIALS = ("full", "sparse", "task_description", "no_refinement")
+SELECTIONS = ("softmax", "argmax")
 
 
 @dataclass(frozen=True)
@@ -246,6 +247,7 @@ class CoevolveConfig:
     batch_size: int = 64  # states per AWR / critic update
     j: int = 8  # candidate chunks per decision (paper j = 8)
     temperature: float = 0.5  # softmax(Q/τ) temperature of the decision rule (paper 0.5)
+    selection: str = "softmax"  # decision rule: softmax(Q/τ)-weighted chunks, or "argmax" (value-only, Table 4)
     gamma: float = 0.99  # discount per control step
     lora_rank: int = 8  # rank of the LoRA adapters trained during co-evolution
     lr: float = 1.0e-3  # AdamW learning rate of the adapters
@@ -266,9 +268,23 @@ class CoevolveConfig:
     potential: str = "full"  # Text2potential variant (Table 4 rows)
     eval_id_per_family: int = 10  # held-back seed scenes per family evaluated after every round
     eval_ood_per_suite: int = 10  # held-out scenes per suite per family evaluated after every round
+    eval_every: int = 1  # evaluate after every n-th round and the last one ...
+    curve_seeds: tuple[int, ...] = (0,)  # ... except runs of these seeds, evaluated every round (curves)
+    long_rounds: int = 15  # rounds of the extended runs (Figure 3), which continue the 5-round runs
+    ablation_rounds: int = 5  # rounds of the ablation runs (experiments.variants), compared at that round
 
     def __post_init__(self) -> None:
-        for key in ("rounds", "envs_per_family", "min_pairs", "critic_steps", "batch_size", "j"):
+        for key in (
+            "rounds",
+            "envs_per_family",
+            "min_pairs",
+            "critic_steps",
+            "batch_size",
+            "j",
+            "eval_every",
+            "long_rounds",
+            "ablation_rounds",
+        ):
             _check_int(key, getattr(self, key), minimum=1)
         for key in (
             "demos_per_family",
@@ -327,6 +343,13 @@ class CoevolveConfig:
         if self.compiler == "openai" and self.llm_endpoint is None:
             raise ConfigError("llm_endpoint", "compiler 'openai' needs the server's base URL")
         _check_choice("potential", self.potential, POTENTIALS)
+        _check_choice("selection", self.selection, SELECTIONS)
+        seeds = self.curve_seeds
+        if not isinstance(seeds, list | tuple) or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in seeds
+        ):
+            raise ConfigError("curve_seeds", f"expected a list of seeds (integers >= 0), got {_got(seeds)}")
+        object.__setattr__(self, "curve_seeds", tuple(seeds))
 
 
 @dataclass(frozen=True)
@@ -361,7 +384,12 @@ def load_params(path: str | Path = "params.yaml", profile: str | None = None) ->
     """Read ``path``, validate every profile and return the one named by ``profile`` or ``base.profile``."""
     path = Path(path)
     root = _as_mapping(str(path), _read_yaml(path))
-    _check_keys("", root, ("base", "profiles"), what="key")
+    for key in root:
+        if key not in ("base", "profiles", "experiments"):
+            raise ConfigError(str(key), "unknown key; expected one of: base, profiles, experiments")
+    for key in ("base", "profiles"):
+        if key not in root:
+            raise ConfigError(key, "missing key")
 
     base = _as_mapping("base", root["base"])
     _check_keys("base", base, ("seed", "profile"), what="key")
@@ -385,7 +413,98 @@ def load_params(path: str | Path = "params.yaml", profile: str | None = None) ->
         raise ConfigError(
             f"profiles.{selected}", f"unknown profile {selected!r} requested; available: {available}"
         )
-    return configs[selected]
+    config = configs[selected]
+    if "experiments" in root:
+        load_experiments(root["experiments"], config)  # validated with every command, used by the pipeline
+    return config
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The experiment grid of the pipeline (top-level `experiments`): which runs dvc.yaml's stages make.
+
+METHODS = (
+    "sft",
+    "domain_rand",
+    "uniform",
+    "sr_guided",
+    "critic_no_memory",
+    "coda",
+    "gen_store_only",
+    "train_store_only",
+    "memory_reuse",
+)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One ablation run: a method plus overrides of the profile's `coevolve` keys (seed `base.seed`)."""
+
+    name: str
+    method: str
+    set: Mapping[str, Any]
+    table: str  # the table or figure it feeds (documentation; the report reads runs by name)
+
+
+@dataclass(frozen=True)
+class Experiments:
+    seeds: tuple[int, ...]  # Table 1 seeds
+    table1: tuple[str, ...]  # Table 1 methods
+    long: tuple[str, ...]  # methods whose seed-0 run is extended to `coevolve.long_rounds` (Figure 3)
+    variants: Mapping[str, Variant]
+    backbone_b: Mapping[str, Any]  # Table 7: {backbone, epochs} of the second policy backbone's SFT
+
+
+def load_experiments(raw: Any, config: Config) -> Experiments:
+    """Validate the top-level `experiments` section against ``config`` (variants' overrides are applied
+    to its `coevolve` section, so a bad value is reported here with its full key)."""
+    raw = _as_mapping("experiments", raw)
+    _check_keys("experiments", raw, ("seeds", "table1", "long", "variants", "backbone_b"), what="key")
+    seeds = raw["seeds"]
+    if not isinstance(seeds, list) or not seeds:
+        raise ConfigError("experiments.seeds", f"expected a non-empty list of seeds, got {_got(seeds)}")
+    for i, x in enumerate(seeds):
+        _check_int(f"experiments.seeds[{i}]", x, minimum=0)
+    table1 = _check_choices("experiments.table1", raw["table1"], METHODS[:6])
+    long = _check_choices("experiments.long", raw["long"], METHODS[1:6])
+    variants = {}
+    for name, body in _as_mapping("experiments.variants", raw["variants"]).items():
+        prefix = f"experiments.variants.{name}"
+        if not isinstance(name, str) or not name.replace("_", "").isalnum():
+            raise ConfigError(prefix, "variant names are letters, digits and underscores")
+        body = _as_mapping(prefix, body)
+        _check_keys(prefix, body, ("method", "table", "set"), what="key")
+        method = _check_choice(f"{prefix}.method", body["method"], METHODS[1:8])
+        overrides = _as_mapping(f"{prefix}.set", body["set"] or {})
+        variant = Variant(name, method, dict(overrides), str(body["table"]))
+        with_variant(config, variant)  # validates the overrides
+        variants[name] = variant
+    b = _as_mapping("experiments.backbone_b", raw["backbone_b"])
+    _check_keys("experiments.backbone_b", b, ("backbone", "epochs"), what="key")
+    _check_choice("experiments.backbone_b.backbone", b["backbone"], BACKBONES)
+    _check_int("experiments.backbone_b.epochs", b["epochs"], minimum=1)
+    return Experiments(tuple(seeds), table1, long, variants, dict(b))
+
+
+def read_experiments(path: str | Path = "params.yaml", profile: str | None = None) -> Experiments:
+    root = _as_mapping(str(path), _read_yaml(Path(path)))
+    if "experiments" not in root:
+        raise ConfigError("experiments", f"missing key in {path}")
+    return load_experiments(root["experiments"], load_params(path, profile))
+
+
+def with_variant(config: Config, variant: Variant) -> Config:
+    """``config`` with the variant's `coevolve` overrides applied (validated like the profile itself)."""
+    prefix = f"experiments.variants.{variant.name}.set"
+    fields = {f.name for f in dataclasses.fields(CoevolveConfig)}
+    for key in variant.set:
+        if key not in fields:
+            raise ConfigError(f"{prefix}.{key}", "unknown coevolve key")
+    merged = {**config.coevolve.__dict__, **variant.set}
+    try:
+        coevolve = CoevolveConfig(**merged)
+    except ConfigError as error:
+        raise error.within(prefix) from None
+    return dataclasses.replace(config, coevolve=coevolve)
 
 
 def _build_profile(name: str, body: Any, seed: int) -> Config:

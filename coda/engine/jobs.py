@@ -105,7 +105,7 @@ def _rejected(job: dict[str, Any], trace: list[dict[str, Any]]) -> dict[str, Any
 def rollout_job(job: dict[str, Any]) -> dict[str, Any]:
     """Roll a saved policy out on one scene: critic-guided (j candidates, softmax(Q/τ)) when a critic is
     given, else the policy's own sample. job: policy, critic (dirs), scene (JSON), max_chunks, j,
-    temperature, seed, record (return the full `RolloutRecord` dict, else a summary)."""
+    temperature, selection ("softmax" or "argmax"), seed, record (return the full `RolloutRecord` dict, else a summary)."""
     import torch
 
     from coda import data
@@ -115,14 +115,23 @@ def rollout_job(job: dict[str, Any]) -> dict[str, Any]:
     from coda.sim.rollout import run_episode
     from coda.sim.scene import SceneSpec
 
-    key = (job["policy"], job.get("critic"), job.get("j", 8), job.get("temperature", 0.5), job.get("seed", 0))
+    key = (
+        job["policy"],
+        job.get("critic"),
+        job.get("j", 8),
+        job.get("temperature", 0.5),
+        job.get("seed", 0),
+        job.get("selection", "softmax"),
+    )
     if key not in _ACTORS:
         torch.set_num_threads(1)
         _ACTORS.clear()  # one policy per worker at a time: rounds replace it
         policy = ChunkPolicy.from_pretrained(job["policy"])
         if job.get("critic"):
             critic = ChunkCritic.from_pretrained(job["critic"])
-            _ACTORS[key] = CriticGuidedPolicy(policy, critic, j=key[2], temperature=key[3], seed=key[4])
+            _ACTORS[key] = CriticGuidedPolicy(
+                policy, critic, j=key[2], temperature=key[3], seed=key[4], mode=key[5]
+            )
         else:
             _ACTORS[key] = policy.eval()
     cpu0 = time.process_time()
