@@ -10,7 +10,7 @@ def add_report_commands(sub) -> None:
     rep.add_argument("what", nargs="?", default="all", help="a table/figure name, a notebook section, or all")
     rep.add_argument("--runs", default="runs")
     rep.add_argument("--figures", default="figures")
-    rep.add_argument("--json", action="store_true")
+    rep.add_argument("--data", default="data")
 
 
 def run_report_command(args: argparse.Namespace) -> int:

@@ -1,0 +1,162 @@
+"""Reading finished runs for the report: per-round evaluations, seeds, paired episode outcomes.
+
+The pipeline lays runs out as ``runs/table1/<method>-<seed>``, ``runs/ablation/<variant>``,
+``runs/long/<method>`` and ``runs/backbone/{sft_b,reuse_b}`` (see dvc.yaml); every run directory holds
+``run.json`` (method, seed, profile, settings, git SHA), ``rounds.json`` (one metrics row per round) and
+``metrics.json`` (the last row). A run that has not finished is reported as missing, never guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coda.evaluate import mean_se
+
+
+@dataclass
+class RunResult:
+    name: str
+    path: Path
+    run: dict[str, Any]
+    rounds: list[dict[str, Any]]
+    metrics: dict[str, Any]
+
+    @property
+    def method(self) -> str:
+        return self.run.get("method", self.metrics.get("method", "?"))
+
+    @property
+    def seed(self) -> int:
+        return int(self.run.get("seed", self.metrics.get("seed", 0)))
+
+    @property
+    def profile(self) -> str:
+        return self.run.get("profile", self.metrics.get("profile", "?"))
+
+    def at(self, r: int | None = None) -> dict[str, Any] | None:
+        """The evaluated metrics row of round r (None: the last round; 0: the SFT starting point of an
+        `sft` run); None when that round was not evaluated."""
+        if r is None:
+            return self.metrics if self.metrics.get("ood_success") is not None else None
+        for row in self.rounds:
+            if row.get("round") == r and row.get("ood_success") is not None:
+                return row
+        if self.method == "sft" and self.rounds:  # the SFT policy does not change with rounds
+            return self.rounds[0]
+        return None
+
+    def curve(self, key: str = "ood_success") -> list[tuple[int, float]]:
+        """(round, value) of every evaluated round."""
+        return [(row["round"], row[key]) for row in self.rounds if row.get(key) is not None]
+
+
+def load_run(path: str | Path, name: str | None = None) -> RunResult | None:
+    path = Path(path)
+    files = [path / f for f in ("run.json", "rounds.json", "metrics.json")]
+    if not all(f.is_file() for f in files):
+        return None
+    run, rounds, metrics = (json.loads(f.read_text()) for f in files)
+    if isinstance(rounds, dict):  # `sft`-only runs write one row
+        rounds = [rounds]
+    return RunResult(name or path.name, path, run, rounds, metrics)
+
+
+@dataclass
+class Runs:
+    """Every run under a `runs/` directory, by its place in the pipeline."""
+
+    root: Path
+    table1: dict[str, list[RunResult]] = field(default_factory=dict)  # method -> runs over seeds
+    ablation: dict[str, RunResult] = field(default_factory=dict)
+    long: dict[str, RunResult] = field(default_factory=dict)
+    backbone: dict[str, RunResult] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, root: str | Path) -> Runs:
+        root = Path(root)
+        out = cls(root)
+        for d in sorted((root / "table1").glob("*-*")):
+            r = load_run(d)
+            if r is not None:
+                out.table1.setdefault(d.name.rsplit("-", 1)[0], []).append(r)
+        for group in ("ablation", "long", "backbone"):
+            for d in sorted((root / group).glob("*")):
+                r = load_run(d)
+                if r is not None:
+                    getattr(out, group)[d.name] = r
+        for runs in out.table1.values():
+            runs.sort(key=lambda r: r.seed)
+        return out
+
+    def seed_run(self, method: str, seed: int = 0) -> RunResult | None:
+        return next((r for r in self.table1.get(method, []) if r.seed == seed), None)
+
+    def profile(self) -> str:
+        for r in self.all():
+            return r.profile
+        return "?"
+
+    def all(self) -> Iterable[RunResult]:
+        for runs in self.table1.values():
+            yield from runs
+        for group in (self.ablation, self.long, self.backbone):
+            yield from group.values()
+
+
+def rows_at(runs: Sequence[RunResult], r: int | None) -> list[dict[str, Any]]:
+    """The evaluated row of round r of each run that has one."""
+    return [row for row in (x.at(r) for x in runs) if row is not None]
+
+
+def stat(rows: Sequence[dict[str, Any]], key: str = "ood_success") -> dict[str, Any]:
+    """Mean ± s.e. (in %) and n of a metric over runs (seeds)."""
+    vals = [row[key] for row in rows if row.get(key) is not None]
+    m, se = mean_se(vals)
+    return {
+        "mean": None if m is None else 100 * m,
+        "se": None if se is None else 100 * se,
+        "n": len(vals),
+    }
+
+
+def nested_stat(rows: Sequence[dict[str, Any]], key: str, sub: str) -> dict[str, Any]:
+    return stat([{key: (row.get(key) or {}).get(sub)} for row in rows], key)
+
+
+def ood_outcomes(row: dict[str, Any]) -> str | None:
+    out = row.get("eval_outcomes")
+    return None if out is None else out[row["n_id"] :]
+
+
+def paired(a: Sequence[RunResult], b: Sequence[RunResult], r_a: int | None, r_b: int | None) -> dict[str, Any]:
+    """Paired OOD difference a − b in points: per seed, the mean over the shared evaluation episodes; then
+    mean ± s.e. over seeds. A single-run b (the one SFT checkpoint) pairs with every seed of a."""
+    by_seed = {x.seed: x.at(r_b) for x in b}
+    diffs = []
+    for x in a:
+        row = x.at(r_a)
+        other = by_seed.get(x.seed) if x.seed in by_seed else (next(iter(by_seed.values())) if len(by_seed) == 1 else None)
+        if row is None or other is None:
+            continue
+        oa, ob = ood_outcomes(row), ood_outcomes(other)
+        if not oa or not ob or len(oa) != len(ob):
+            continue
+        diffs.append(sum(int(p) - int(q) for p, q in zip(oa, ob)) / len(oa))
+    m, se = mean_se(diffs)
+    return {"mean": None if m is None else 100 * m, "se": None if se is None else 100 * se, "n": len(diffs)}
+
+
+def fmt(s: dict[str, Any] | None, digits: int = 1, signed: bool = False) -> str:
+    """`27.6 ± 1.2 (n=3)`, `27.6 (n=1)`, or `not run`."""
+    if not s or s.get("mean") is None or (isinstance(s["mean"], float) and math.isnan(s["mean"])):
+        return "not run"
+    sign = "+" if signed else ""
+    body = f"{s['mean']:{sign}.{digits}f}"
+    if s.get("se") is not None:
+        body += f" ± {s['se']:.{digits}f}"
+    return f"{body} (n={s['n']})"
