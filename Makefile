@@ -13,7 +13,7 @@ export DVC_NO_ANALYTICS := 1
 # stages call `coda`, `python` and `dvc` from the virtual environment
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv test reproduce lint clean
+.PHONY: venv test reproduce lab lint clean
 
 venv: $(STAMP)
 
@@ -31,6 +31,10 @@ test: venv
 
 reproduce: venv
 	coda data ensure && dvc repro
+
+# JupyterLab in the project environment, at the project root (the notebooks are in notebooks/)
+lab: venv
+	$(BIN)/jupyter lab --ServerApp.root_dir=$(CURDIR) --LabApp.default_url=/lab/tree/notebooks
 
 lint: venv
 	$(BIN)/ruff check .

@@ -247,7 +247,7 @@ class CoevolveConfig:
     batch_size: int = 64  # states per AWR / critic update
     j: int = 8  # candidate chunks per decision (paper j = 8)
     temperature: float = 0.5  # softmax(Q/τ) temperature of the decision rule (paper 0.5)
-    selection: str = "softmax"  # decision rule: softmax(Q/τ)-weighted chunks, or "argmax" (value-only, Table 4)
+    selection: str = "softmax"  # softmax(Q/τ)-weighted chunks, or "argmax" (value-only, Table 4)
     gamma: float = 0.99  # discount per control step
     lora_rank: int = 8  # rank of the LoRA adapters trained during co-evolution
     lr: float = 1.0e-3  # AdamW learning rate of the adapters

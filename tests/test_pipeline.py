@@ -24,13 +24,26 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 EXPECTED = [
-    *(f"{t}.{ext}" for t in (
-        "table1_main", "table3_critic_sensitivity", "table4_text2potential", "table5_memory_design",
-        "table6_family_transfer", "table7_backbone_transfer", "table8_generation_quality", "table9_compute",
-        "complementarity",
-    ) for ext in ("csv", "md")),
-    *(f"{f}.{ext}" for f in ("figure3_rounds", "figure5_memory_snapshots", "figure6_gallery", "learning_speed")
-      for ext in ("png", "svg")),
+    *(
+        f"{t}.{ext}"
+        for t in (
+            "table1_main",
+            "table3_critic_sensitivity",
+            "table4_text2potential",
+            "table5_memory_design",
+            "table6_family_transfer",
+            "table7_backbone_transfer",
+            "table8_generation_quality",
+            "table9_compute",
+            "complementarity",
+        )
+        for ext in ("csv", "md")
+    ),
+    *(
+        f"{f}.{ext}"
+        for f in ("figure3_rounds", "figure5_memory_snapshots", "figure6_gallery", "learning_speed")
+        for ext in ("png", "svg")
+    ),
     "README.md",
 ]
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -59,7 +72,11 @@ def smoke_repo(tmp_path_factory) -> tuple[Path, float]:
     the smoke profile and one Table 1 seed selected, after `dvc repro`; returns it and repro's seconds."""
     repo = tmp_path_factory.mktemp("pipeline") / "coda"
     files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.split("\0")
     for f in filter(None, files):
         src = ROOT / f
@@ -70,10 +87,15 @@ def smoke_repo(tmp_path_factory) -> tuple[Path, float]:
     params["base"]["profile"] = "smoke"
     params["experiments"]["seeds"] = [0]
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    for args in (["git", "init", "-q"], ["git", "add", "-A"],
-                 ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke"]):
+    for args in (
+        ["git", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke"],
+    ):
         _sh(args, repo)
-    if (ROOT / "data" / "manifest.json").is_file():  # reuse a built data/ (`ensure` checks it against data.dvc)
+    if (
+        ROOT / "data" / "manifest.json"
+    ).is_file():  # reuse a built data/ (`ensure` checks it against data.dvc)
         shutil.copytree(ROOT / "data", repo / "data")
     _sh([str(BIN / "coda"), "data", "ensure"], repo, timeout=3600)
     t0 = time.perf_counter()
@@ -97,8 +119,14 @@ def test_smoke_repro_writes_every_table_and_figure(smoke_repo):
             assert all(r["profile"] == "smoke" for r in rows), f
     with (figures / "table1_main.csv").open() as fh:
         table1 = {r["row"]: r for r in csv.DictReader(fh)}
-    assert set(table1) == {"SFT", "Domain randomization", "Uniform generation", "Success-rate-guided generation",
-                           "Critic without memory", "CoDA"}
+    assert set(table1) == {
+        "SFT",
+        "Domain randomization",
+        "Uniform generation",
+        "Success-rate-guided generation",
+        "Critic without memory",
+        "CoDA",
+    }
     for row in table1.values():  # every Table 1 method ran: a number with n=1 (smoke: one seed)
         assert row["ours (mean ± s.e., n)"].endswith("(n=1)"), row
     assert table1["CoDA"]["paper"] == "27.6"
@@ -116,7 +144,9 @@ def test_every_notebook_executed_by_papermill(smoke_repo):
         executed = json.loads((repo / "notebooks" / "executed" / name).read_text())
         meta = executed["metadata"]["papermill"]
         assert meta.get("exception") in (None, False), name
-        errors = [o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        errors = [
+            o for c in executed["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"
+        ]
         assert not errors, (name, errors[:1])
     # the committed notebooks carry no outputs
     for name in NOTEBOOKS:

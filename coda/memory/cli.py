@@ -75,7 +75,14 @@ def memory_push(path: str, repo_id: str, revision: str | None = None, private: b
     from coda.memory.store import read_manifest, resolve_snapshot
 
     snap = resolve_snapshot(path)
-    card = dict(read_manifest(snap)["extra"])  # provenance recorded by the run: params, git SHA, profile
+    card = dict(read_manifest(snap)["extra"])  # provenance recorded by the run: method, seed, profile
+    run_json = snap.parent.parent / "run.json"  # <run>/memory/round-NNNN: the run's settings and git state
+    if run_json.is_file():
+        run = json.loads(run_json.read_text())
+        card.setdefault("params", {"coevolve": run.get("coevolve")})
+        for key, value in run.items():
+            if key.startswith("git"):
+                card.setdefault(key, value)
     sha = push_memory(snap, repo_id, revision=revision, private=private, card=card)
     tag = f" (tag {revision})" if revision else ""
     return f"pushed {snap} to dataset {repo_id} at commit {sha}{tag}"

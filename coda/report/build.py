@@ -58,7 +58,11 @@ def _profile_rounds(runs: Runs) -> int | None:
 # ---------------------------------------------------------------------------------------------------------
 # §4: Table 1 and Figure 3
 def table1_main(runs: Runs, out: Path) -> Table:
-    t = Table("table1_main", "Table 1: OOD success after the co-evolution rounds (four task families)", runs.profile())
+    t = Table(
+        "table1_main",
+        "Table 1: OOD success after the co-evolution rounds (four task families)",
+        runs.profile(),
+    )
     means = {m: stat(rows_at(rs, None)) for m, rs in runs.table1.items()}
     baselines = [m for m in runs.table1 if m not in ("coda",) and means[m]["mean"] is not None]
     strongest = max(baselines, key=lambda m: means[m]["mean"]) if baselines else None
@@ -140,7 +144,9 @@ def _ablation_cell(runs: Runs, name: str, base: str = "coda") -> tuple[str, floa
 
 def table3_critic_sensitivity(runs: Runs, out: Path) -> Table:
     r = _ablation_round(runs)
-    t = Table("table3_critic_sensitivity", "Table 3: sensitivity to the failure critic (diagnoser)", runs.profile())
+    t = Table(
+        "table3_critic_sensitivity", "Table 3: sensitivity to the failure critic (diagnoser)", runs.profile()
+    )
     rows = [
         ("coda", "sim diagnoser (rollout-grounded, full)", paper.TABLE3["sim"]),
         ("critic_noisy20", "noisy diagnoser, 20% of factors replaced", paper.TABLE3["critic_noisy20"]),
@@ -170,7 +176,11 @@ def table4_text2potential(runs: Runs, out: Path) -> Table:
     rows = [
         ("coda", "Text2potential (full)", paper.TABLE4["full"]),
         ("t2p_sparse", "sparse success reward only", paper.TABLE4["t2p_sparse"]),
-        ("t2p_task_description", "potentials from the task description only", paper.TABLE4["t2p_task_description"]),
+        (
+            "t2p_task_description",
+            "potentials from the task description only",
+            paper.TABLE4["t2p_task_description"],
+        ),
         ("t2p_no_refinement", "no potential refinement", paper.TABLE4["t2p_no_refinement"]),
         ("value_only", "value-only chunk selection (argmax Q)", paper.TABLE4["value_only"]),
     ]
@@ -189,8 +199,10 @@ def updates_to_reach(runs: Runs) -> dict[str, Any]:
     full, sparse = runs.seed_run("coda"), runs.ablation.get("t2p_sparse")
     if not full or not sparse:
         return {"note": "Updates-to-threshold: the full and sparse runs are both needed (not run)."}
-    curves = {k: [(row["updates"], row["ood_success"]) for row in run.rounds if row.get("ood_success") is not None]
-              for k, run in (("full", full), ("sparse", sparse))}
+    curves = {
+        k: [(row["updates"], row["ood_success"]) for row in run.rounds if row.get("ood_success") is not None]
+        for k, run in (("full", full), ("sparse", sparse))
+    }
     last = min(max((u for u, _ in c), default=0) for c in curves.values())
     curves = {k: [(u, v) for u, v in c if u <= last] for k, c in curves.items()}
     target = 0.25
@@ -216,13 +228,17 @@ def updates_to_reach(runs: Runs) -> dict[str, Any]:
 def learning_speed(runs: Runs, out: Path, data_dir: str | Path = "data") -> dict[str, Any]:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.6))
-    for name, run, label in (
-        ("coda", runs.seed_run("coda"), "Text2potential (full)"),
-        ("t2p_sparse", runs.ablation.get("t2p_sparse"), "sparse reward only"),
+    for run, label in (
+        (runs.seed_run("coda"), "Text2potential (full)"),
+        (runs.ablation.get("t2p_sparse"), "sparse reward only"),
     ):
         if run is None:
             continue
-        pts = [(row["updates"], 100 * row["id_success"]) for row in run.rounds if row.get("id_success") is not None]
+        pts = [
+            (row["updates"], 100 * row["id_success"])
+            for row in run.rounds
+            if row.get("id_success") is not None
+        ]
         if pts:
             x, y = zip(*pts)
             ax.plot(x, y, marker="o", label=label)
@@ -236,7 +252,9 @@ def learning_speed(runs: Runs, out: Path, data_dir: str | Path = "data") -> dict
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     _save_figure(fig, out, "learning_speed")
-    (out / "learning_speed.json").write_text(json.dumps({**agreement, **updates_to_reach(runs)}, indent=1) + "\n")
+    (out / "learning_speed.json").write_text(
+        json.dumps({**agreement, **updates_to_reach(runs)}, indent=1) + "\n"
+    )
     return agreement
 
 
@@ -278,7 +296,9 @@ def critic_agreement(runs: Runs, n_states: int = 256) -> dict[str, Any]:
 # Appendix C: memory design, complementarity, transfer, generation quality, compute
 def complementarity(runs: Runs, out: Path) -> Table:
     r = _ablation_round(runs)
-    t = Table("complementarity", "Program complementarity: generation store, training store, both", runs.profile())
+    t = Table(
+        "complementarity", "Program complementarity: generation store, training store, both", runs.profile()
+    )
     for name, label in (
         ("critic_no_memory", "critic without memory (no program stores)"),
         ("gen_store_only", "generation-program store only"),
@@ -290,8 +310,13 @@ def complementarity(runs: Runs, out: Path) -> Table:
         s = stat([row] if row else [])
         ref = runs.seed_run("critic_no_memory")
         d = paired([run], [ref], r, r) if run and ref and name != "critic_no_memory" else None
-        t.add(label, fmt(s), paper.COMPLEMENTARITY[name], rank=s["mean"],
-              **{"paired vs no memory (points)": fmt(d, signed=True) if d else ""})
+        t.add(
+            label,
+            fmt(s),
+            paper.COMPLEMENTARITY[name],
+            rank=s["mean"],
+            **{"paired vs no memory (points)": fmt(d, signed=True) if d else ""},
+        )
     t.notes.append(f"Seed 0, compared at round {r}.")
     t.write(out)
     return t
@@ -366,7 +391,9 @@ def figure5_memory_snapshots(runs: Runs, out: Path) -> list[Path]:
             ax.plot(x, y, marker="o", label=label)
     ax.set_xlabel("memory snapshot (round)")
     ax.set_ylabel("OOD success (%)")
-    ax.set_title(f"Figure 5: OOD success across memory snapshots, seed 0 (profile {runs.profile()})", fontsize=9)
+    ax.set_title(
+        f"Figure 5: OOD success across memory snapshots, seed 0 (profile {runs.profile()})", fontsize=9
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     return _save_figure(fig, out, "figure5_memory_snapshots")
@@ -379,7 +406,11 @@ def table6_family_transfer(runs: Runs, out: Path) -> Table:
     t = Table("table6_family_transfer", "Table 6: cross-family generation-program transfer", runs.profile())
     run = runs.ablation.get("transfer")
     if run is None:
-        t.add("transferred programs, % of within-family learning progress", "not run", paper.TABLE6["transferred"])
+        t.add(
+            "transferred programs, % of within-family learning progress",
+            "not run",
+            paper.TABLE6["transferred"],
+        )
         t.write(out, check_order=False)
         return t
     mem = load_snapshot(resolve_snapshot(run.path))
@@ -404,12 +435,27 @@ def table6_family_transfer(runs: Runs, out: Path) -> Table:
         return {"mean": 100 * v / base, "se": None, "n": len(ms)}
 
     n_transferred = sum(is_transfer(m) for m in mem.modes())
-    t.add("within-family validated programs (reference)", fmt(rel(within)), paper.TABLE6["within"],
-          rank=rel(within)["mean"], **{"mean learning progress": lp(within)})
-    t.add("transferred programs (validated in the target family)", fmt(rel(moved)), paper.TABLE6["transferred"],
-          rank=rel(moved)["mean"], **{"mean learning progress": lp(moved)})
-    t.add("target-family programs found from scratch after transfer began", fmt(rel(scratch)),
-          paper.TABLE6["scratch"], rank=rel(scratch)["mean"], **{"mean learning progress": lp(scratch)})
+    t.add(
+        "within-family validated programs (reference)",
+        fmt(rel(within)),
+        paper.TABLE6["within"],
+        rank=rel(within)["mean"],
+        **{"mean learning progress": lp(within)},
+    )
+    t.add(
+        "transferred programs (validated in the target family)",
+        fmt(rel(moved)),
+        paper.TABLE6["transferred"],
+        rank=rel(moved)["mean"],
+        **{"mean learning progress": lp(moved)},
+    )
+    t.add(
+        "target-family programs found from scratch after transfer began",
+        fmt(rel(scratch)),
+        paper.TABLE6["scratch"],
+        rank=rel(scratch)["mean"],
+        **{"mean learning progress": lp(scratch)},
+    )
     ref = runs.seed_run("coda")
     r = run.rounds[-1]["round"] if run.rounds else None
     t.notes.append(
@@ -435,12 +481,23 @@ def table7_backbone_transfer(runs: Runs, out: Path) -> Table:
     meta = runs.root / "sft_b" / "metrics.json"
     backbone_b = json.loads(meta.read_text()).get("backbone") if meta.is_file() else None
     t.add("backbone B after SFT", fmt(s_sft), paper.TABLE7["sft_b"], rank=s_sft["mean"])
-    t.add("backbone B + frozen CoDA memory (no new generation)", fmt(s_reuse), paper.TABLE7["reuse_b"],
-          rank=s_reuse["mean"])
+    t.add(
+        "backbone B + frozen CoDA memory (no new generation)",
+        fmt(s_reuse),
+        paper.TABLE7["reuse_b"],
+        rank=s_reuse["mean"],
+    )
     gain = paired([reuse_b], [sft_b], None, None) if sft_b and reuse_b else None
-    t.add("gain from reused memory (points)", fmt(gain, signed=True) if gain else "not run", paper.TABLE7["gain"])
+    t.add(
+        "gain from reused memory (points)",
+        fmt(gain, signed=True) if gain else "not run",
+        paper.TABLE7["gain"],
+    )
     a_sft, a_coda = runs.seed_run("sft"), runs.seed_run("coda")
-    for label, run in (("backbone A (primary) after SFT", a_sft), ("backbone A + CoDA (memory source)", a_coda)):
+    for label, run in (
+        ("backbone A (primary) after SFT", a_sft),
+        ("backbone A + CoDA (memory source)", a_coda),
+    ):
         s = stat(rows_at([run], None)) if run else stat([])
         t.add(label, fmt(s), None)
     t.notes.append(
@@ -469,7 +526,11 @@ def coverage_entropy(mem, data_dir: str | Path = "data") -> float | None:
     from coda.engine.diagnose import factor_values
     from coda.sim.scene import SceneSpec
 
-    rows = [r for r in mem.rows("scenes") if r["split"] in ("targeted", "control", "mutation", "novel", "transfer")]
+    rows = [
+        r
+        for r in mem.rows("scenes")
+        if r["split"] in ("targeted", "control", "mutation", "novel", "transfer")
+    ]
     if not rows:
         return None
     ref: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
@@ -499,47 +560,104 @@ def coverage_entropy(mem, data_dir: str | Path = "data") -> float | None:
 
 
 def table8_generation_quality(runs: Runs, out: Path, data_dir: str | Path = "data") -> Table:
-    t = Table("table8_generation_quality", "Table 8: generation quality and diagnosis agreement", runs.profile())
-    t.columns = ["row", "CoDA " + "(mean ± s.e., n)", "uniform (mean ± s.e., n)", "paper CoDA", "paper uniform"]
+    t = Table(
+        "table8_generation_quality", "Table 8: generation quality and diagnosis agreement", runs.profile()
+    )
+    t.columns = [
+        "row",
+        "CoDA " + "(mean ± s.e., n)",
+        "uniform (mean ± s.e., n)",
+        "paper CoDA",
+        "paper uniform",
+    ]
     coda, uni = runs.table1.get("coda", []), runs.table1.get("uniform", [])
 
     def over_rounds(rs, key):
-        vals = [float(np.mean([x[key] for x in r.rounds if x.get(key) is not None])) for r in rs
-                if any(x.get(key) is not None for x in r.rounds)]
+        vals = [
+            float(np.mean([x[key] for x in r.rounds if x.get(key) is not None]))
+            for r in rs
+            if any(x.get(key) is not None for x in r.rounds)
+        ]
         return stat([{key: v} for v in vals], key)
 
     def precision(rs, split):
         vals = []
         for r in rs:
-            sr = [x["success_by_split"].get(split) for x in r.rounds if x.get("success_by_split", {}).get(split) is not None]
+            sr = [
+                x["success_by_split"].get(split)
+                for x in r.rounds
+                if x.get("success_by_split", {}).get(split) is not None
+            ]
             if sr:
                 vals.append(1 - float(np.mean(sr)))
         return stat([{"v": v} for v in vals], "v")
 
     def entropy(rs):
-        vals = [e for e in (coverage_entropy(m, data_dir) for m in (_scenes_table(r) for r in rs) if m) if e is not None]
+        vals = [
+            e
+            for e in (coverage_entropy(m, data_dir) for m in (_scenes_table(r) for r in rs) if m)
+            if e is not None
+        ]
         m = float(np.mean(vals)) if vals else None
         se = float(np.std(vals, ddof=1) / math.sqrt(len(vals))) if len(vals) > 1 else None
         return {"mean": m, "se": se, "n": len(vals)}
 
     def add(label, a, b, pa, pb, digits=1):
-        t.rows.append({"row": label, t.columns[1]: fmt(a, digits), t.columns[2]: fmt(b, digits),
-                       "paper CoDA": pa, "paper uniform": pb})
+        t.rows.append(
+            {
+                "row": label,
+                t.columns[1]: fmt(a, digits),
+                t.columns[2]: fmt(b, digits),
+                "paper CoDA": pa,
+                "paper uniform": pb,
+            }
+        )
 
-    add("scene proposals passing validity checks first time (%)", over_rounds(coda, "validity_pass_first"),
-        over_rounds(uni, "validity_pass_first"), paper.TABLE8["validity_coda"], paper.TABLE8["validity_uniform"])
-    add("targeting precision: generated envs on which the policy fails (%)", precision(coda, "targeted"),
-        precision(uni, "novel"), paper.TABLE8["precision_coda"], paper.TABLE8["precision_uniform"])
-    add("coverage entropy (bits)", entropy(coda), entropy(uni), paper.TABLE8["entropy_coda"],
-        paper.TABLE8["entropy_uniform"], digits=2)
+    add(
+        "scene proposals passing validity checks first time (%)",
+        over_rounds(coda, "validity_pass_first"),
+        over_rounds(uni, "validity_pass_first"),
+        paper.TABLE8["validity_coda"],
+        paper.TABLE8["validity_uniform"],
+    )
+    add(
+        "targeting precision: generated envs on which the policy fails (%)",
+        precision(coda, "targeted"),
+        precision(uni, "novel"),
+        paper.TABLE8["precision_coda"],
+        paper.TABLE8["precision_uniform"],
+    )
+    add(
+        "coverage entropy (bits)",
+        entropy(coda),
+        entropy(uni),
+        paper.TABLE8["entropy_coda"],
+        paper.TABLE8["entropy_uniform"],
+        digits=2,
+    )
     final = rows_at(coda, None)
-    rej = stat([{"v": x["rejected_diagnoses"] / x["diagnoses"] if x.get("diagnoses") else None} for x in
-                [_totals(r) for r in coda]], "v")
+    rej = stat(
+        [
+            {"v": x["rejected_diagnoses"] / x["diagnoses"] if x.get("diagnoses") else None}
+            for x in [_totals(r) for r in coda]
+        ],
+        "v",
+    )
     add("diagnoses rejected by control experiments (%)", rej, None, paper.TABLE8["rejected_share"], "—")
-    add("diagnosis agreement, all diagnoses (%)", stat(final, "agreement_before"), None,
-        paper.TABLE8["agreement_before"], "—")
-    add("diagnosis agreement, after rejection (%)", stat(final, "agreement_after"), None,
-        paper.TABLE8["agreement_after"], "—")
+    add(
+        "diagnosis agreement, all diagnoses (%)",
+        stat(final, "agreement_before"),
+        None,
+        paper.TABLE8["agreement_before"],
+        "—",
+    )
+    add(
+        "diagnosis agreement, after rejection (%)",
+        stat(final, "agreement_after"),
+        None,
+        paper.TABLE8["agreement_after"],
+        "—",
+    )
     t.notes.append(
         "Validity: share of proposals that pass every physical check before repair, averaged over rounds "
         "(`validity_pass_first`); the validity checks and repairs are the same for every method. Targeting "
@@ -557,13 +675,18 @@ def table8_generation_quality(runs: Runs, out: Path, data_dir: str | Path = "dat
 
 
 def _totals(run: RunResult) -> dict[str, Any]:
-    return {"diagnoses": sum(x.get("diagnoses") or 0 for x in run.rounds),
-            "rejected_diagnoses": run.metrics.get("rejected_diagnoses") or 0}
+    return {
+        "diagnoses": sum(x.get("diagnoses") or 0 for x in run.rounds),
+        "rejected_diagnoses": run.metrics.get("rejected_diagnoses") or 0,
+    }
 
 
 def table9_compute(runs: Runs, out: Path) -> Table:
-    t = Table("table9_compute", "Table 9: compute per 1,000 accepted environments; adaptive scheduling",
-              runs.profile())
+    t = Table(
+        "table9_compute",
+        "Table 9: compute per 1,000 accepted environments; adaptive scheduling",
+        runs.profile(),
+    )
     t.columns = ["row", "ours (mean ± s.e., n)", "paper"]
 
     def per_1000(rs, fn):
@@ -572,37 +695,72 @@ def table9_compute(runs: Runs, out: Path) -> Table:
             envs = r.metrics.get("envs_accepted_total") or sum(x.get("envs_accepted") or 0 for x in r.rounds)
             if envs:
                 vals.append(1000 * fn(r) / envs)
-        return {"mean": float(np.mean(vals)) if vals else None,
-                "se": float(np.std(vals, ddof=1) / math.sqrt(len(vals))) if len(vals) > 1 else None, "n": len(vals)}
+        return {
+            "mean": float(np.mean(vals)) if vals else None,
+            "se": float(np.std(vals, ddof=1) / math.sqrt(len(vals))) if len(vals) > 1 else None,
+            "n": len(vals),
+        }
 
-    tokens = lambda r: sum((x.get("tokens_prompt") or 0) + (x.get("tokens_completion") or 0) for x in r.rounds)  # noqa: E731
+    tokens = lambda r: sum(
+        (x.get("tokens_prompt") or 0) + (x.get("tokens_completion") or 0) for x in r.rounds
+    )  # noqa: E731
     cpu_h = lambda r: sum((x.get("cpu_s") or 0) + (x.get("worker_cpu_s") or 0) for x in r.rounds) / 3600  # noqa: E731
     wall_h = lambda r: sum(x.get("wall_s") or 0 for x in r.rounds) / 3600  # noqa: E731
     coda = runs.table1.get("coda", [])
     for m in ("coda", "sr_guided", "uniform"):
         rs = runs.table1.get(m, [])
-        t.rows.append({"row": f"{m}: CPU-hours (main + workers) per 1,000 accepted envs", t.columns[1]:
-                       fmt(per_1000(rs, cpu_h), 2), "paper": "66 GPU-h (CoDA)" if m == "coda" else "—"})
-    t.rows.append({"row": "coda: wall-clock hours per 1,000 accepted envs", t.columns[1]: fmt(per_1000(coda, wall_h), 2),
-                   "paper": "—"})
-    t.rows.append({"row": "coda: LLM tokens per 1,000 accepted envs", t.columns[1]: fmt(per_1000(coda, tokens), 0),
-                   "paper": "7.4M"})
+        t.rows.append(
+            {
+                "row": f"{m}: CPU-hours (main + workers) per 1,000 accepted envs",
+                t.columns[1]: fmt(per_1000(rs, cpu_h), 2),
+                "paper": "66 GPU-h (CoDA)" if m == "coda" else "—",
+            }
+        )
+    t.rows.append(
+        {
+            "row": "coda: wall-clock hours per 1,000 accepted envs",
+            t.columns[1]: fmt(per_1000(coda, wall_h), 2),
+            "paper": "—",
+        }
+    )
+    t.rows.append(
+        {
+            "row": "coda: LLM tokens per 1,000 accepted envs",
+            t.columns[1]: fmt(per_1000(coda, tokens), 0),
+            "paper": "7.4M",
+        }
+    )
     r = _ablation_round(runs)
     fixed, adaptive = runs.seed_run("coda"), runs.ablation.get("adaptive")
-    for label, run, p in (("fixed scheduling: OOD success (%)", fixed, paper.TABLE9["ood_fixed"]),
-                          ("adaptive scheduling: OOD success (%)", adaptive, paper.TABLE9["ood_adaptive"])):
+    for label, run, p in (
+        ("fixed scheduling: OOD success (%)", fixed, paper.TABLE9["ood_fixed"]),
+        ("adaptive scheduling: OOD success (%)", adaptive, paper.TABLE9["ood_adaptive"]),
+    ):
         row = run.at(r) if run else None
         t.rows.append({"row": label, t.columns[1]: fmt(stat([row] if row else [])), "paper": p})
     if fixed and adaptive:
+
         def cost(run):
             rows = [x for x in run.rounds if x["round"] <= (r or 0)]
-            return sum((x.get("cpu_s") or 0) + (x.get("worker_cpu_s") or 0) for x in rows), sum(x.get("round_updates") or 0 for x in rows)
+            return sum((x.get("cpu_s") or 0) + (x.get("worker_cpu_s") or 0) for x in rows), sum(
+                x.get("round_updates") or 0 for x in rows
+            )
+
         (cf, uf), (ca, ua) = cost(fixed), cost(adaptive)
-        t.rows.append({"row": "adaptive vs fixed: CPU-seconds change (%)", t.columns[1]:
-                       fmt({"mean": 100 * (ca / cf - 1) if cf else None, "se": None, "n": 1}),
-                       "paper": paper.TABLE9["adaptive_cost_change"]})
-        t.rows.append({"row": "adaptive vs fixed: policy updates change (%)", t.columns[1]:
-                       fmt({"mean": 100 * (ua / uf - 1) if uf else None, "se": None, "n": 1}), "paper": "—"})
+        t.rows.append(
+            {
+                "row": "adaptive vs fixed: CPU-seconds change (%)",
+                t.columns[1]: fmt({"mean": 100 * (ca / cf - 1) if cf else None, "se": None, "n": 1}),
+                "paper": paper.TABLE9["adaptive_cost_change"],
+            }
+        )
+        t.rows.append(
+            {
+                "row": "adaptive vs fixed: policy updates change (%)",
+                t.columns[1]: fmt({"mean": 100 * (ua / uf - 1) if uf else None, "se": None, "n": 1}),
+                "paper": "—",
+            }
+        )
     t.notes.append(
         "This machine has no GPU: compute is CPU-seconds of the main process (training) plus the simulation "
         "workers, as measured by the runs. The default compiler is the offline template compiler, which uses "
@@ -615,16 +773,26 @@ def table9_compute(runs: Runs, out: Path) -> Table:
 
 def sft_baseline(runs: Runs, out: Path) -> Table:
     t = Table("sft_baseline", "SFT baseline: success of the starting policy", runs.profile())
-    m = json.loads((runs.root / "sft" / "metrics.json").read_text()) if (runs.root / "sft" / "metrics.json").exists() else None
+    m = (
+        json.loads((runs.root / "sft" / "metrics.json").read_text())
+        if (runs.root / "sft" / "metrics.json").exists()
+        else None
+    )
     if m is None:
         t.add("SFT OOD", "not run", paper.TABLE1["sft"])
         t.write(out, check_order=False)
         return t
-    t.add("OOD success, all suites", fmt({"mean": 100 * m["ood_mean"], "se": None, "n": 1}), paper.TABLE1["sft"])
+    t.add(
+        "OOD success, all suites", fmt({"mean": 100 * m["ood_mean"], "se": None, "n": 1}), paper.TABLE1["sft"]
+    )
     t.add("ID success (held-back seed scenes)", fmt({"mean": 100 * m["id_mean"], "se": None, "n": 1}), None)
     for fam, v in sorted(m["ood_success"].items()):
-        t.add(f"OOD {fam}", fmt({"mean": 100 * v, "se": None, "n": 1}), None,
-              **{s: round(100 * m["ood_by_suite"][fam][s], 1) for s in SUITES})
+        t.add(
+            f"OOD {fam}",
+            fmt({"mean": 100 * v, "se": None, "n": 1}),
+            None,
+            **{s: round(100 * m["ood_by_suite"][fam][s], 1) for s in SUITES},
+        )
     t.notes.append(
         f"{m['demos']} planner demonstrations, {m['updates']} updates; ID over {m['n_id']} and OOD over "
         f"{m['n_ood']} episodes (the SFT stage's own evaluation, larger than the per-round evaluation of runs)."
@@ -633,16 +801,22 @@ def sft_baseline(runs: Runs, out: Path) -> Table:
     return t
 
 
-def figure6_gallery(runs: Runs, out: Path, data_dir: str | Path = "data", image_size: int = 160) -> list[Path]:
+def figure6_gallery(
+    runs: Runs, out: Path, data_dir: str | Path = "data", image_size: int = 160
+) -> list[Path]:
     """Validated variations: per family, a seed scene and targeted scenes of CoDA seed 0's validated modes."""
     from coda.report.gallery import gallery_scenes, render_scenes
 
     plt = _plt()
     picks = gallery_scenes(runs.seed_run("coda"), data_dir)
     images = render_scenes([s for _, _, s in picks], data_dir, image_size)
-    cols = max(1, max((sum(1 for f, _, _ in picks if f == fam) for fam in {f for f, _, _ in picks}), default=1))
+    cols = max(
+        1, max((sum(1 for f, _, _ in picks if f == fam) for fam in {f for f, _, _ in picks}), default=1)
+    )
     fams = sorted({f for f, _, _ in picks})
-    fig, axes = plt.subplots(len(fams) or 1, cols, figsize=(2.2 * cols, 2.3 * max(1, len(fams))), squeeze=False)
+    fig, axes = plt.subplots(
+        len(fams) or 1, cols, figsize=(2.2 * cols, 2.3 * max(1, len(fams))), squeeze=False
+    )
     for ax in axes.flat:
         ax.axis("off")
     for i, fam in enumerate(fams):
@@ -662,14 +836,25 @@ def summary(runs: Runs, out: Path) -> dict[str, Any]:
     for m, rs in runs.table1.items():
         rows = rows_at(rs, None)
         s, i = stat(rows), stat(rows, "id_success")
-        res["table1"][m] = {"ood": _round(s["mean"]), "ood_se": _round(s["se"]), "id": _round(i["mean"]), "n": s["n"]}
+        res["table1"][m] = {
+            "ood": _round(s["mean"]),
+            "ood_se": _round(s["se"]),
+            "id": _round(i["mean"]),
+            "n": s["n"],
+        }
     for name, run in runs.ablation.items():
         s = stat(rows_at([run], None))
-        res["ablation"][name] = {"ood": _round(s["mean"]), "round": run.rounds[-1]["round"] if run.rounds else None}
+        res["ablation"][name] = {
+            "ood": _round(s["mean"]),
+            "round": run.rounds[-1]["round"] if run.rounds else None,
+        }
     (out / "results.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
     curves: dict[str, dict[int, float]] = {}
-    for name, run in [*((m, runs.seed_run(m)) for m in runs.table1), *runs.ablation.items(),
-                      *((f"long_{k}", v) for k, v in runs.long.items())]:
+    for name, run in [
+        *((m, runs.seed_run(m)) for m in runs.table1),
+        *runs.ablation.items(),
+        *((f"long_{k}", v) for k, v in runs.long.items()),
+    ]:
         if run is not None and run.method != "sft":
             curves[name] = {r: 100 * v for r, v in run.curve()}
     for name in CURVES:  # fixed columns, so that dvc.yaml's plot definition always finds them
@@ -719,7 +904,9 @@ def index(runs: Runs, out: Path) -> Path:
         order = ""
         if md.is_file():
             text = md.read_text()
-            order = "differs" if "ordering differs" in text else "matches" if "matches the paper" in text else "—"
+            order = (
+                "differs" if "ordering differs" in text else "matches" if "matches the paper" in text else "—"
+            )
         shown = ", ".join(f"[{f}]({f})" for f in files) or "not built"
         lines.append(f"| `{stem}` | {what} | {where} | {shown} | {order} |")
     path = out / "README.md"
@@ -727,8 +914,16 @@ def index(runs: Runs, out: Path) -> Path:
     return path
 
 
-CURVES = ("coda", "critic_no_memory", "sr_guided", "gen_store_only", "train_store_only", "t2p_sparse",
-          "long_coda", "long_critic_no_memory")
+CURVES = (
+    "coda",
+    "critic_no_memory",
+    "sr_guided",
+    "gen_store_only",
+    "train_store_only",
+    "t2p_sparse",
+    "long_coda",
+    "long_critic_no_memory",
+)
 
 
 def _round(x: float | None) -> float | None:
@@ -752,7 +947,12 @@ BUILDERS["index"] = index  # not a paper artifact: the pipeline's metric files (
 DATA_BUILDERS = {"figure6_gallery", "learning_speed", "table8_generation_quality"}
 
 
-def build(name: str, runs_dir: str | Path = "runs", figures_dir: str | Path = "figures", data_dir: str | Path = "data"):
+def build(
+    name: str,
+    runs_dir: str | Path = "runs",
+    figures_dir: str | Path = "figures",
+    data_dir: str | Path = "data",
+):
     """Build one artifact (a table returns its `Table`, a figure its paths)."""
     if name not in BUILDERS:
         raise KeyError(f"unknown artifact {name!r}; known: {', '.join(BUILDERS)}")
@@ -766,7 +966,11 @@ def build_section(section: str, runs_dir="runs", figures_dir="figures", data_dir
 
 
 def main(args: argparse.Namespace) -> int:
-    names = [n for n in BUILDERS if n not in ("summary", "index")] + ["index"] if args.what == "all" else SECTIONS.get(args.what, [args.what])
+    names = (
+        [n for n in BUILDERS if n not in ("summary", "index")] + ["index"]
+        if args.what == "all"
+        else SECTIONS.get(args.what, [args.what])
+    )
     for name in names:
         build(name, args.runs, args.figures, getattr(args, "data", "data"))
         print(name)

@@ -34,7 +34,14 @@ def gallery_scenes(run: RunResult | None, data_dir: str | Path, per_family: int 
         rows = [r for r in mem.rows("scenes") if r["family"] == fam]
         chosen: list[tuple[str, str]] = []
         for mode in sorted(mem.modes("validated", fam), key=lambda m: -m.created_round):
-            hit = next((r for r in rows if r["split"] == "targeted" and r["program_id"] == mode.generation_program_id), None)
+            hit = next(
+                (
+                    r
+                    for r in rows
+                    if r["split"] == "targeted" and r["program_id"] == mode.generation_program_id
+                ),
+                None,
+            )
             if hit:
                 chosen.append((f"validated: {mode.factor}", hit["spec_json"]))
             if len(chosen) == per_family:
@@ -42,7 +49,9 @@ def gallery_scenes(run: RunResult | None, data_dir: str | Path, per_family: int 
         for r in rows:  # fill up with other generated scenes
             if len(chosen) >= per_family:
                 break
-            if r["split"] in ("targeted", "novel", "mutation", "transfer") and all(r["spec_json"] != s for _, s in chosen):
+            if r["split"] in ("targeted", "novel", "mutation", "transfer") and all(
+                r["spec_json"] != s for _, s in chosen
+            ):
                 chosen.append((r["split"], r["spec_json"]))
         out += [(fam, label, SceneSpec.from_json(spec)) for label, spec in chosen]
     return out

@@ -133,14 +133,20 @@ def ood_outcomes(row: dict[str, Any]) -> str | None:
     return None if out is None else out[row["n_id"] :]
 
 
-def paired(a: Sequence[RunResult], b: Sequence[RunResult], r_a: int | None, r_b: int | None) -> dict[str, Any]:
+def paired(
+    a: Sequence[RunResult], b: Sequence[RunResult], r_a: int | None, r_b: int | None
+) -> dict[str, Any]:
     """Paired OOD difference a − b in points: per seed, the mean over the shared evaluation episodes; then
     mean ± s.e. over seeds. A single-run b (the one SFT checkpoint) pairs with every seed of a."""
     by_seed = {x.seed: x.at(r_b) for x in b}
     diffs = []
     for x in a:
         row = x.at(r_a)
-        other = by_seed.get(x.seed) if x.seed in by_seed else (next(iter(by_seed.values())) if len(by_seed) == 1 else None)
+        other = (
+            by_seed.get(x.seed)
+            if x.seed in by_seed
+            else (next(iter(by_seed.values())) if len(by_seed) == 1 else None)
+        )
         if row is None or other is None:
             continue
         oa, ob = ood_outcomes(row), ood_outcomes(other)

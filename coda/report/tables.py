@@ -69,7 +69,12 @@ class Table:
             w.writerow({**{c: row.get(c, "") for c in self.columns}, "profile": self.profile})
         csv_path = out_dir / f"{self.name}.csv"
         csv_path.write_text(buf.getvalue())
-        md = [f"# {self.title}", "", f"Profile: `{self.profile}`. Values in % unless the row says otherwise.", ""]
+        md = [
+            f"# {self.title}",
+            "",
+            f"Profile: `{self.profile}`. Values in % unless the row says otherwise.",
+            "",
+        ]
         md.append("| " + " | ".join(self.columns) + " |")
         md.append("|" + "---|" * len(self.columns))
         for row in self.rows:
