@@ -43,7 +43,7 @@ def test_ordering_note_and_files(tmp_path):
     assert "differs" in t.ordering_note()
     csv_path, md_path = t.write(tmp_path)
     text = md_path.read_text()
-    assert "Paper: A > B. Ours: B > A." in text and "Profile: `smoke`" in text
+    assert "Paper: A > B. Ours: B > A." in text and "Profile: `smoke`" in text and "1 of 1 pairs" in text
     header = next(csv.reader(csv_path.open()))
     assert header == ["row", OURS, "paper", "profile"]
     t2 = Table("u", "U", "smoke")

@@ -21,6 +21,7 @@ from coda.report.runs import RunResult, Runs, fmt, nested_stat, paired, rows_at,
 from coda.report.tables import Table
 
 SUITES = ("instances", "layouts", "tasks", "categories")
+FAMILIES = ("pick_place", "stack", "drawer", "push")
 
 
 def _plt():
@@ -73,6 +74,7 @@ def table1_main(runs: Runs, out: Path) -> Table:
         extra: dict[str, Any] = {
             "ID": fmt(stat(rows, "id_success")),
             **{f"OOD {suite}": fmt(nested_stat(rows, "ood_by_suite", suite)) for suite in SUITES},
+            **{f"OOD {fam}": fmt(nested_stat(rows, "ood_by_family", fam)) for fam in FAMILIES},
         }
         if strongest and method != strongest:
             extra[f"paired vs {strongest} (points)"] = fmt(
@@ -431,7 +433,7 @@ def table6_family_transfer(runs: Runs, out: Path) -> Table:
     def rel(ms) -> dict[str, Any]:
         v = lp(ms)
         if v is None or not base:
-            return {"mean": None, "se": None, "n": len(ms)}
+            return {"mean": None, "se": None, "n": len(ms), "empty": "none validated" if not ms else "no progress yet"}
         return {"mean": 100 * v / base, "se": None, "n": len(ms)}
 
     n_transferred = sum(is_transfer(m) for m in mem.modes())

@@ -160,7 +160,7 @@ def paired(
 def fmt(s: dict[str, Any] | None, digits: int = 1, signed: bool = False) -> str:
     """`27.6 ± 1.2 (n=3)`, `27.6 (n=1)`, or `not run`."""
     if not s or s.get("mean") is None or (isinstance(s["mean"], float) and math.isnan(s["mean"])):
-        return "not run"
+        return (s or {}).get("empty", "not run")
     sign = "+" if signed else ""
     body = f"{s['mean']:{sign}.{digits}f}"
     if s.get("se") is not None:

@@ -38,21 +38,27 @@ class Table:
         self._ranked.append((row, rank, paper if isinstance(paper, int | float) else None))
 
     def ordering_note(self, higher_is_better: bool = True) -> str | None:
-        """A note when the rows with both numbers are ordered differently by us and by the paper."""
+        """A note on whether the rows with both numbers are ordered as in the paper: they differ when some pair
+        is ranked the other way round (ties in our numbers are reported, not counted as a difference)."""
         both = [(r, o, p) for r, o, p in self._ranked if o is not None and p is not None]
         if len(both) < 2:
             return None
         sign = -1 if higher_is_better else 1
         ours = [r for r, _, _ in sorted(both, key=lambda t: (sign * t[1], t[0]))]
         paper = [r for r, _, _ in sorted(both, key=lambda t: (sign * t[2], t[0]))]
-        if ours == paper:
-            return "Our ordering of these rows matches the paper's."
+        swapped = [
+            (a, b)
+            for i, (a, oa, pa) in enumerate(both)
+            for b, ob, pb in both[i + 1 :]
+            if (oa - ob) * (pa - pb) < 0
+        ]
+        ties = [(a, b) for i, (a, oa, _) in enumerate(both) for b, ob, _ in both[i + 1 :] if oa == ob]
+        tie_note = f" {len(ties)} pair(s) of rows are tied in our numbers." if ties else ""
+        if not swapped:
+            return "Our ordering of these rows matches the paper's." + tie_note
         return (
-            "**Our ordering differs from the paper's.** Paper: "
-            + " > ".join(paper)
-            + ". Ours: "
-            + " > ".join(ours)
-            + "."
+            f"**Our ordering differs from the paper's** ({len(swapped)} of {len(both) * (len(both) - 1) // 2} "
+            "pairs reversed). Paper: " + " > ".join(paper) + ". Ours: " + " > ".join(ours) + "." + tie_note
         )
 
     def write(self, out_dir: str | Path, *, check_order: bool = True) -> list[Path]:
