@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from coda.report.tables import OURS
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +119,7 @@ def test_smoke_repro_writes_every_table_and_figure(smoke_repo):
         if f.endswith(".csv"):
             rows = list(csv.DictReader((figures / f).open()))
             assert rows, f
-            assert {"row", "paper", "profile"} <= set(rows[0]), f
+            assert {"row", OURS, "paper", "profile"} <= set(rows[0]), f
             assert all(r["profile"] == "smoke" for r in rows), f
     with (figures / "table1_main.csv").open() as fh:
         table1 = {r["row"]: r for r in csv.DictReader(fh)}

@@ -433,7 +433,12 @@ def table6_family_transfer(runs: Runs, out: Path) -> Table:
     def rel(ms) -> dict[str, Any]:
         v = lp(ms)
         if v is None or not base:
-            return {"mean": None, "se": None, "n": len(ms), "empty": "none validated" if not ms else "no progress yet"}
+            return {
+                "mean": None,
+                "se": None,
+                "n": len(ms),
+                "empty": "none validated" if not ms else "no progress yet",
+            }
         return {"mean": 100 * v / base, "se": None, "n": len(ms)}
 
     n_transferred = sum(is_transfer(m) for m in mem.modes())
@@ -520,25 +525,45 @@ def _scenes_table(run: RunResult | None):
     return load_snapshot(resolve_snapshot(run.path))
 
 
-def coverage_entropy(mem, data_dir: str | Path = "data") -> float | None:
-    """Entropy (bits) of generated scenes over (family, most-perturbed factor, perturbation size) cells: each
-    scene falls in the cell of the factor farthest from the family's seed scenes (in units of the seed
-    spread), in three size bins (< 1, 1–2, > 2 spreads)."""
-    from coda import data
-    from coda.engine.diagnose import factor_values
+def generated_scenes(mem) -> list:
+    """(family, SceneSpec) of every generated scene in a memory (not seeds or replays)."""
     from coda.sim.scene import SceneSpec
 
-    rows = [
-        r
-        for r in mem.rows("scenes")
-        if r["split"] in ("targeted", "control", "mutation", "novel", "transfer")
+    keep = ("targeted", "control", "mutation", "novel", "transfer")
+    return [
+        (r["family"], SceneSpec.from_json(r["spec_json"])) for r in mem.rows("scenes") if r["split"] in keep
     ]
-    if not rows:
+
+
+def uniform_proposals(run: RunResult, data_dir: str | Path) -> list:
+    """What uniform generation proposes: as many scenes as the run accepted, sampled per family from the
+    generator space with the run's seed (`uniform` keeps no memory, so its scenes are re-drawn here)."""
+    from coda import data
+    from coda.sim.assets import load_catalog
+    from coda.sim.families import REGISTRY
+
+    catalog = load_catalog(Path(data_dir))
+    families = run.run.get("families") or list(FAMILIES)
+    n = (run.metrics.get("envs_accepted_total") or 0) // max(1, len(families))
+    return [
+        (f, REGISTRY[f].sample(data.scene_rng(run.seed, f, "generator", i), catalog, "generator"))
+        for f in families
+        for i in range(n)
+    ]
+
+
+def coverage_entropy(scenes, data_dir: str | Path = "data") -> float | None:
+    """Entropy (bits) of scenes over (family, most-perturbed factor, perturbation size) cells: each scene
+    falls in the cell of the factor farthest from the family's seed scenes (in units of the seed spread),
+    in three size bins (< 1, 1–2, > 2 spreads)."""
+    from coda import data
+    from coda.engine.diagnose import factor_values
+
+    if not scenes:
         return None
     ref: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     cells = Counter()
-    for row in rows:
-        f = row["family"]
+    for f, scene in scenes:
         if f not in ref:
             vals: dict[str, list] = {}
             for s in data.seed_scenes(Path(data_dir), f, limit=100):
@@ -546,10 +571,9 @@ def coverage_entropy(mem, data_dir: str | Path = "data") -> float | None:
                     if isinstance(v, int | float | tuple | list):
                         vals.setdefault(k, []).append(np.atleast_1d(np.asarray(v, dtype=float)))
             ref[f] = {k: (np.mean(v, 0), np.std(v, 0) + 1e-6) for k, v in vals.items()}
-        scene = SceneSpec.from_json(row["spec_json"])
         best, size = None, 0.0
         for k, v in factor_values(scene).items():
-            if k not in ref[f]:
+            if k not in ref[f] or not isinstance(v, int | float | tuple | list):
                 continue
             mu, sd = ref[f][k]
             z = float(np.max(np.abs((np.atleast_1d(np.asarray(v, dtype=float)) - mu) / sd)))
@@ -565,13 +589,6 @@ def table8_generation_quality(runs: Runs, out: Path, data_dir: str | Path = "dat
     t = Table(
         "table8_generation_quality", "Table 8: generation quality and diagnosis agreement", runs.profile()
     )
-    t.columns = [
-        "row",
-        "CoDA " + "(mean ± s.e., n)",
-        "uniform (mean ± s.e., n)",
-        "paper CoDA",
-        "paper uniform",
-    ]
     coda, uni = runs.table1.get("coda", []), runs.table1.get("uniform", [])
 
     def over_rounds(rs, key):
@@ -580,7 +597,7 @@ def table8_generation_quality(runs: Runs, out: Path, data_dir: str | Path = "dat
             for r in rs
             if any(x.get(key) is not None for x in r.rounds)
         ]
-        return stat([{key: v} for v in vals], key)
+        return {**stat([{key: v} for v in vals], key)}
 
     def precision(rs, split):
         vals = []
@@ -588,83 +605,77 @@ def table8_generation_quality(runs: Runs, out: Path, data_dir: str | Path = "dat
             sr = [
                 x["success_by_split"].get(split)
                 for x in r.rounds
-                if x.get("success_by_split", {}).get(split) is not None
+                if (x.get("success_by_split") or {}).get(split) is not None
             ]
             if sr:
                 vals.append(1 - float(np.mean(sr)))
         return stat([{"v": v} for v in vals], "v")
 
-    def entropy(rs):
-        vals = [
-            e
-            for e in (coverage_entropy(m, data_dir) for m in (_scenes_table(r) for r in rs) if m)
-            if e is not None
-        ]
+    def entropy(rs, uniform=False):
+        sets = (
+            [uniform_proposals(r, data_dir) for r in rs]
+            if uniform
+            else [generated_scenes(m) for m in (_scenes_table(r) for r in rs) if m]
+        )
+        vals = [e for e in (coverage_entropy(x, data_dir) for x in sets) if e is not None]
         m = float(np.mean(vals)) if vals else None
         se = float(np.std(vals, ddof=1) / math.sqrt(len(vals))) if len(vals) > 1 else None
         return {"mean": m, "se": se, "n": len(vals)}
 
-    def add(label, a, b, pa, pb, digits=1):
-        t.rows.append(
-            {
-                "row": label,
-                t.columns[1]: fmt(a, digits),
-                t.columns[2]: fmt(b, digits),
-                "paper CoDA": pa,
-                "paper uniform": pb,
-            }
-        )
+    def add(label, s, p, digits=1, rank_group=None):
+        t.add(label, fmt(s, digits), p)
 
     add(
-        "scene proposals passing validity checks first time (%)",
+        "validity, CoDA: proposals passing every check first time",
         over_rounds(coda, "validity_pass_first"),
-        over_rounds(uni, "validity_pass_first"),
         paper.TABLE8["validity_coda"],
+    )
+    add(
+        "validity, uniform generation",
+        over_rounds(uni, "validity_pass_first"),
         paper.TABLE8["validity_uniform"],
     )
     add(
-        "targeting precision: generated envs on which the policy fails (%)",
+        "targeting precision, CoDA: targeted envs on which the policy fails",
         precision(coda, "targeted"),
-        precision(uni, "novel"),
         paper.TABLE8["precision_coda"],
-        paper.TABLE8["precision_uniform"],
     )
     add(
-        "coverage entropy (bits)",
-        entropy(coda),
-        entropy(uni),
-        paper.TABLE8["entropy_coda"],
-        paper.TABLE8["entropy_uniform"],
+        "targeting precision, uniform: generated envs on which the policy fails",
+        precision(uni, "novel"),
+        paper.TABLE8["precision_uniform"],
+    )
+    add("coverage entropy, CoDA (bits)", entropy(coda), f"{paper.TABLE8['entropy_coda']:.2f}", digits=2)
+    add(
+        "coverage entropy, uniform (bits)",
+        entropy(uni, uniform=True),
+        f"{paper.TABLE8['entropy_uniform']:.2f}",
         digits=2,
     )
     final = rows_at(coda, None)
+    totals = [_totals(r) for r in coda]
     rej = stat(
-        [
-            {"v": x["rejected_diagnoses"] / x["diagnoses"] if x.get("diagnoses") else None}
-            for x in [_totals(r) for r in coda]
-        ],
-        "v",
+        [{"v": x["rejected_diagnoses"] / x["diagnoses"] if x.get("diagnoses") else None} for x in totals], "v"
     )
-    add("diagnoses rejected by control experiments (%)", rej, None, paper.TABLE8["rejected_share"], "—")
+    add("CoDA: diagnoses rejected by control experiments", rej, paper.TABLE8["rejected_share"])
     add(
-        "diagnosis agreement, all diagnoses (%)",
+        "CoDA: diagnosis agreement, all diagnoses",
         stat(final, "agreement_before"),
-        None,
         paper.TABLE8["agreement_before"],
-        "—",
     )
     add(
-        "diagnosis agreement, after rejection (%)",
+        "CoDA: diagnosis agreement, after rejection",
         stat(final, "agreement_after"),
-        None,
         paper.TABLE8["agreement_after"],
-        "—",
     )
     t.notes.append(
         "Validity: share of proposals that pass every physical check before repair, averaged over rounds "
         "(`validity_pass_first`); the validity checks and repairs are the same for every method. Targeting "
         "precision: for CoDA the share of *targeted* environments (recreating a diagnosed difficulty) on which "
-        "the policy fails; for uniform generation, the share of its generated environments on which it fails."
+        "the policy fails; for uniform generation, the share of its generated environments on which it fails. "
+        "Coverage entropy: scenes binned by (family, most-perturbed factor, size of the perturbation in seed "
+        "spreads); uniform generation keeps no memory, so its proposals are re-drawn from the generator space "
+        "with the run's seed, as many as it accepted."
     )
     t.notes.append(
         "Diagnosis agreement is scored against the factor each generation program perturbed (ground truth "
