@@ -485,7 +485,14 @@ def table7_backbone_transfer(runs: Runs, out: Path) -> Table:
     sft_b, reuse_b = runs.backbone.get("sft_b"), runs.backbone.get("reuse_b")
     s_sft = stat(rows_at([sft_b], None)) if sft_b else stat([])
     s_reuse = stat(rows_at([reuse_b], None)) if reuse_b else stat([])
-    meta = runs.root / "sft_b" / "metrics.json"
+    meta = next(
+        (
+            p
+            for p in (runs.root.parent / "metrics" / "sft_b.json", runs.root / "sft_b" / "metrics.json")
+            if p.is_file()
+        ),
+        runs.root / "sft_b" / "metrics.json",
+    )
     backbone_b = json.loads(meta.read_text()).get("backbone") if meta.is_file() else None
     t.add("backbone B after SFT", fmt(s_sft), paper.TABLE7["sft_b"], rank=s_sft["mean"])
     t.add(
@@ -786,11 +793,10 @@ def table9_compute(runs: Runs, out: Path) -> Table:
 
 def sft_baseline(runs: Runs, out: Path) -> Table:
     t = Table("sft_baseline", "SFT baseline: success of the starting policy", runs.profile())
-    m = (
-        json.loads((runs.root / "sft" / "metrics.json").read_text())
-        if (runs.root / "sft" / "metrics.json").exists()
-        else None
-    )
+    # metrics/sft.json is the sft stage's tracked metric file; runs/sft/metrics.json is the same, untracked
+    candidates = [runs.root.parent / "metrics" / "sft.json", runs.root / "sft" / "metrics.json"]
+    path = next((p for p in candidates if p.is_file()), None)
+    m = json.loads(path.read_text()) if path else None
     if m is None:
         t.add("SFT OOD", "not run", paper.TABLE1["sft"])
         t.write(out, check_order=False)
