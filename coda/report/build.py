@@ -90,6 +90,12 @@ def table1_main(runs: Runs, out: Path) -> Table:
         "episodes for every method, so differences are paired per seed. The paired column compares each "
         "method with the strongest baseline (highest OOD mean among the non-CoDA rows)."
     )
+    sft_runs = runs.table1.get("sft", [])
+    if len(sft_runs) > 1:
+        t.notes.append(
+            "SFT is one checkpoint; its rows are that policy evaluated once per seed (the same episodes), so "
+            "they agree exactly when its actions do not depend on the evaluation seed."
+        )
     if strongest and "coda" in runs.table1:
         d = paired(runs.table1["coda"], runs.table1[strongest], None, None)
         if d["mean"] is not None:
