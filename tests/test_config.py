@@ -233,3 +233,11 @@ def test_direct_construction_validates_with_field_names():
     with pytest.raises(ConfigError) as excinfo:
         DataConfig(families=("stack", 7))
     assert excinfo.value.key_path == "families[1]"
+
+
+def test_experiment_methods_match_the_coevolve_methods():
+    # config.METHODS names the methods without importing the (torch-heavy) co-evolution loop; keep them equal
+    from coda import config
+    from coda.coevolve import METHODS
+
+    assert config.METHODS == tuple(METHODS)
