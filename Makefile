@@ -23,7 +23,7 @@ $(BIN)/python:
 # Re-install only when pyproject.toml changed since the last successful install.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install $(TORCH)
-	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -m pip install -e '.[dev,libero]'
 	touch $@
 
 test: venv

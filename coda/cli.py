@@ -332,6 +332,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_memory_commands(sub)
 
+    from coda.libero.cli import add_libero_commands
+
+    add_libero_commands(sub)
+
     from coda.maintenance import add_prune_command
 
     add_prune_command(sub)
@@ -451,6 +455,10 @@ def run(argv: list[str] | None = None) -> int:
         from coda.report.cli import run_report_command
 
         return run_report_command(args)
+    elif args.cmd == "libero":
+        from coda.libero.cli import run_libero_command
+
+        return run_libero_command(args, cfg)
     elif args.cmd == "prune":
         from coda.maintenance import run_prune_command
 

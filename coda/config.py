@@ -352,6 +352,78 @@ class CoevolveConfig:
         object.__setattr__(self, "curve_seeds", tuple(seeds))
 
 
+LIBERO_SUITES = ("libero_object", "libero_spatial")
+
+
+@dataclass(frozen=True)
+class LiberoConfig:
+    """LIBERO-Pro (Table 2): source tasks, planner demonstrations, evaluation and co-evolution rounds.
+
+    The learning hyper-parameters of the rounds (LoRA rank, learning rate, j, τ, γ, β) are the profile's
+    ``coevolve`` ones; SFT's batch size and learning rate are the profile's ``sft`` ones.
+    """
+
+    suite: str = "libero_object"  # standard suite; its _swap (position) and _lan (instruction) versions too
+    tasks: tuple[int, ...] = tuple(range(10))  # source tasks (task ids of the suite)
+    demo_states: int = 10  # bundled initial states 0..n-1 of each task demonstrated by the planner (SFT)
+    demo_repeats: int = 2  # demonstrations per state: one clean, the others with execution noise
+    noise: float = 0.1  # std of the Gaussian noise on executed normalised actions of noisy demonstrations
+    eval_states: int = 5  # the last n bundled initial states of each task, evaluated in every suite
+    max_steps: int = 300  # control steps per episode (LIBERO's 20 Hz OSC controller)
+    epochs: int = 60  # SFT passes over the chunk dataset
+    rounds: int = 3  # co-evolution rounds
+    envs_per_task: int = 4  # generated variants per source task per round (each with its control)
+    novel_share: float = 0.25  # share of variants drawn from new random programs once modes exist
+    min_pairs: int = 2  # fresh targeted/control pairs that test a candidate mode
+    validate_margin: float = 0.25  # validated when control − targeted success reaches this
+    demos_per_round: int = 10  # planner demonstrations of validated modes' variants per round
+    critic_steps: int = 100  # critic TD updates per round
+    policy_updates: int = 100  # AWR (+ imitation) updates per round
+    batch_size: int = 64  # states per AWR / critic update
+    workers: int = 2  # simulator worker processes
+
+    def __post_init__(self) -> None:
+        _check_choice("suite", self.suite, LIBERO_SUITES)
+        tasks = self.tasks
+        if (
+            not isinstance(tasks, list | tuple)
+            or not tasks
+            or any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < 10 for t in tasks)
+            or len(set(tasks)) != len(tasks)
+        ):
+            raise ConfigError(
+                "tasks", f"expected a non-empty list of distinct task ids in [0, 9], got {_got(tasks)}"
+            )
+        object.__setattr__(self, "tasks", tuple(tasks))
+        for key, minimum in (
+            ("demo_states", 1),
+            ("demo_repeats", 1),
+            ("eval_states", 1),
+            ("max_steps", 10),
+            ("epochs", 1),
+            ("rounds", 0),
+            ("envs_per_task", 1),
+            ("min_pairs", 1),
+            ("demos_per_round", 0),
+            ("critic_steps", 0),
+            ("policy_updates", 0),
+            ("batch_size", 1),
+            ("workers", 1),
+        ):
+            _check_int(key, getattr(self, key), minimum=minimum)
+        if self.demo_states + self.eval_states > 45:
+            raise ConfigError(
+                "eval_states",
+                f"demo_states + eval_states must leave initial states for the rounds (<= 45 of 50), "
+                f"got {self.demo_states} + {self.eval_states}",
+            )
+        for key in ("noise", "novel_share", "validate_margin"):
+            value = _check_float(key, getattr(self, key), above=None)
+            if not 0 <= value <= 1:
+                raise ConfigError(key, f"expected a number in [0, 1], got {value}")
+            object.__setattr__(self, key, value)
+
+
 @dataclass(frozen=True)
 class Config:
     """The parameters of one run: ``base`` plus the sections of the selected profile."""
@@ -363,6 +435,7 @@ class Config:
     planner: PlannerConfig
     sft: SFTConfig
     coevolve: CoevolveConfig
+    libero: LiberoConfig
 
     def __post_init__(self) -> None:
         _check_int("seed", self.seed, minimum=0)

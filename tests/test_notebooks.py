@@ -15,7 +15,7 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-
 
 def test_one_notebook_per_section():
     numbers = [p.name[:2] for p in NOTEBOOKS]
-    assert numbers == [f"{i:02d}" for i in range(1, 10)]
+    assert numbers == [f"{i:02d}" for i in range(1, 11)]
     assert set(SECTIONS) <= set(numbers)
 
 

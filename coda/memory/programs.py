@@ -480,7 +480,12 @@ def validate_training(doc: Any) -> dict[str, Any]:
 
 
 def validate_program(doc: Any) -> dict[str, Any]:
-    """Validate a generation or training program, dispatching on ``kind``."""
+    """Validate a generation or training program, dispatching on ``kind`` (LIBERO suites' programs, whose
+    family is ``libero_*``, have their own DSL: `coda.libero.programs`)."""
+    if isinstance(doc, Mapping) and str(doc.get("family", "")).startswith("libero_"):
+        from coda.libero import programs as libero_programs
+
+        return libero_programs.validate_program(doc)
     kind = doc.get("kind") if isinstance(doc, Mapping) else None
     if kind == "generation":
         return validate_generation(doc)

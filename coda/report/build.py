@@ -967,6 +967,19 @@ SECTIONS: dict[str, list[str]] = {
     "09": ["table8_generation_quality", "table9_compute"],
 }
 BUILDERS = {name: globals()[name] for names in SECTIONS.values() for name in names}
+
+
+def _libero(name: str):
+    def builder(runs: Runs, out: Path):
+        from coda.report import libero
+
+        return getattr(libero, name)(runs.root, out)
+
+    return builder
+
+
+SECTIONS["10"] = ["table2_libero_pro", "libero_planner"]
+BUILDERS.update({name: _libero(name) for name in SECTIONS["10"]})
 BUILDERS["summary"] = summary
 BUILDERS["index"] = index  # not a paper artifact: the pipeline's metric files (written to metrics/)
 DATA_BUILDERS = {"figure6_gallery", "learning_speed", "table8_generation_quality"}

@@ -1,0 +1,105 @@
+"""The LIBERO experiment's pieces that need no simulator (observation layout, potential, replay view,
+demonstration packing, success tables), and, with the [libero] extra, a tiny SFT + one CoDA round that
+resumes after its last complete round."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from coda.libero import programs as lp
+from coda.libero import run as lr
+
+
+def test_suite_observation_marks_present_objects_relative_to_the_hand():
+    obs = lr.SuiteObservation(("basket_1", "ketchup_1", "milk_1"))
+    state = {
+        "ee_pos": np.array([0.1, 0.0, 1.0]),
+        "ee_quat": np.array([0, 0, 0, 1.0]),
+        "grip": np.array([0.04, -0.04]),
+        "objects": {"milk_1": np.array([0.2, 0.1, 0.9]), "basket_1": np.array([0.0, 0.0, 0.9])},
+    }
+    v = obs(state)
+    assert v.shape == (obs.dim,) == (lr.PROPRIO + 12,)
+    slots = v[lr.PROPRIO :].reshape(3, 4)
+    assert slots[:, 0].tolist() == [1.0, 0.0, 1.0]  # ketchup absent
+    np.testing.assert_allclose(slots[2, 1:], [0.1, 0.1, -0.1], atol=1e-6)
+
+
+def _record(success: bool, steps: int = 20) -> dict:
+    phases = np.zeros((steps, len(lp.PHASES)), int)
+    phases[5:, 0] = 1
+    phases[12:, 1] = 1
+    return {
+        "obs": np.arange((steps + 1) * 3, dtype=float).reshape(steps + 1, 3).tolist(),
+        "actions": np.zeros((steps, 7)).tolist(),
+        "chunk_starts": list(range(0, steps, 8)),
+        "phases": phases.tolist(),
+        "steps": steps,
+        "success": success,
+        "instruction": "pick up the milk and place it in the basket",
+    }
+
+
+def test_phase_potential_and_replay_view():
+    from coda.learn.replay import ChunkReplay
+
+    view = lr._View.of(_record(False), "libero_object", "abc")
+    assert view.steps == 20 and view.success_step is None and len(view.phases) == 21
+    phi = lr.PhasePotential((1.0, 3.0, 1.0, 1.0, 1.0)).phi_along(view)
+    np.testing.assert_allclose(phi, [0.0, 1 / 7, 4 / 7, 4 / 7])  # chunk ends at steps 0, 8, 16, 20
+    replay = ChunkReplay(100, obs_dim=3)
+    assert replay.add_record(view, lr.PhasePotential((1.0,) * 5)) == 3
+    assert not replay.data["reward"][:3].any()
+    won = lr._View.of(_record(True), "libero_object", "abc")
+    assert replay.add_record(won) == 3 and replay.data["reward"][5] == 1.0
+
+
+def test_demo_packing_round_trips_and_tables_count_by_kind():
+    demos = [
+        {
+            "success": True,
+            "instruction": f"i{k}",
+            "obs": np.ones((n, 3), np.float32) * k,
+            "labels": np.zeros((n, 7), np.float32),
+        }
+        for k, n in ((1, 4), (2, 6))
+    ]
+    back = lr.unpack_demos(lr.pack_demos(demos))
+    assert [d["instruction"] for d in back] == ["i1", "i2"]
+    assert [len(d["obs"]) for d in back] == [4, 6] and back[1]["obs"][0, 0] == 2
+    table = lr.success_table(
+        [("standard", 0, {"success": True}), ("standard", 1, {"success": False}), ("position", 0, {})]
+    )
+    assert table["standard"] == {"mean": 0.5, "n": 2, "by_task": {"0": 1.0, "1": 0.0}}
+    assert table["position"]["mean"] == 0.0 and "instruction" not in table
+
+
+# -- with the simulator -------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_tiny_libero_sft_and_a_resumed_round(tmp_path):
+    from coda.sim import libero
+
+    if not libero.available():
+        pytest.skip(f"LIBERO is not installed ({libero.EXTRA_HINT})")
+    from coda.config import load_params
+
+    cfg = load_params("params.yaml", profile="smoke")
+    cfg = dataclasses.replace(
+        cfg,
+        libero=dataclasses.replace(
+            cfg.libero, demo_states=1, eval_states=1, epochs=5, rounds=2, envs_per_task=1
+        ),
+    )
+    sft = lr.run_sft(cfg, tmp_path / "sft")
+    assert sft["planner"]["0"]["n"] == 1 and sft["demos"] >= 1
+    assert set(sft["eval"]) == {"standard", "position", "instruction"}
+    first = dataclasses.replace(cfg, libero=dataclasses.replace(cfg.libero, rounds=1))
+    lr.run_rounds(first, tmp_path / "sft", tmp_path / "coda")  # stops after round 1 ...
+    assert (tmp_path / "coda" / "rounds" / "round-0001").is_dir()
+    out = lr.run_rounds(cfg, tmp_path / "sft", tmp_path / "coda")  # ... and this resumes at round 2
+    rounds = [h["round"] for h in __import__("json").loads((tmp_path / "coda" / "rounds.json").read_text())]
+    assert rounds == [1, 2] and out["rounds"] == 2
+    assert set(out["after"]) == {"standard", "position", "instruction"}
