@@ -155,8 +155,9 @@ def test_smoke_repro_writes_every_table_and_figure(smoke_repo):
     if _libero():  # Table 2: before/after rows for the three LIBERO suites, each from a real evaluation
         with (figures / "table2_libero_pro.csv").open() as fh:
             table2 = list(csv.DictReader(fh))
-        assert len(table2) == 6 and all("(n=" in r[OURS] for r in table2), table2
-        assert [r["paper"] for r in table2] == ["97.1", "97.4", "25.0", "84.0", "1.0", "76.0"]
+        assert len(table2) == 9 and all("(n=" in r[OURS] for r in table2), table2
+        papers = [r["paper"] for r in table2]
+        assert papers == ["97.1", "97.4", "—", "25.0", "84.0", "—", "1.0", "76.0", "—"], papers
     # the per-round metrics DVC reads
     results = json.loads((repo / "metrics" / "results.json").read_text())
     assert results["profile"] == "smoke" and set(results["table1"]) == set(

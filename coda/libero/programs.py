@@ -3,8 +3,10 @@
 A LIBERO generation program recreates a difficulty of one source task by perturbing what LIBERO-Pro
 perturbs, within our own generator space:
 
-* ``"perturbs": "position"`` translates the goal object or the goal target by an (x, y) offset drawn
-  from ``"dx"``/``"dy"`` intervals (metres, clamped to ±``SHIFT_MAX``);
+* ``"perturbs": "position"`` either translates the goal object or the goal target by an (x, y) offset
+  drawn from ``"dx"``/``"dy"`` intervals (``"shift"``; metres, clamped to ±``SHIFT_MAX``), or makes the goal
+  object exchange places with another movable object of the scene, the ``rank``-th nearest one
+  (``"swap": {"ranks": [...]}``, ranks 0..``MAX_RANK``);
 * ``"perturbs": "instruction"`` rewrites the instruction with one of our paraphrase templates
   (``TEMPLATES``, written offline for this project; an optional article drop), keeping the object and
   target phrases of the original instruction.
@@ -67,8 +69,10 @@ GENERATION_KEYS = (
     "task",
     "perturbs",
     "shift",
+    "swap",
     "paraphrase",
 )
+MAX_RANK = 3
 TRAINING_KEYS = (
     "kind",
     "version",
@@ -185,6 +189,17 @@ def validate_generation(doc: Any) -> dict[str, Any]:
     if perturbs == "position":
         if "paraphrase" in doc:
             raise ProgramError("paraphrase", "a position program has no paraphrase")
+        if ("shift" in doc) == ("swap" in doc):
+            raise ProgramError("shift", "a position program has exactly one of shift and swap")
+        if "swap" in doc:
+            swap = _keys("swap", doc["swap"], ("ranks",), ("ranks",))
+            ranks = swap["ranks"]
+            if not isinstance(ranks, list) or not ranks:
+                raise ProgramError("swap.ranks", f"expected a non-empty list of ranks, got {ranks!r}")
+            out["swap"] = {
+                "ranks": sorted({_int(f"swap.ranks[{i}]", k, 0, MAX_RANK) for i, k in enumerate(ranks)})
+            }
+            return _with_id(out, doc.get("id"))
         shift = _keys("shift", doc.get("shift"), ("role", "dx", "dy"), ("role", "dx", "dy"))
         if shift["role"] not in ROLES:
             raise ProgramError("shift.role", f"expected one of {', '.join(ROLES)}, got {shift['role']!r}")
@@ -194,8 +209,9 @@ def validate_generation(doc: Any) -> dict[str, Any]:
             "dy": _interval("shift.dy", shift["dy"]),
         }
     else:
-        if "shift" in doc:
-            raise ProgramError("shift", "an instruction program has no shift")
+        for key in ("shift", "swap"):
+            if key in doc:
+                raise ProgramError(key, f"an instruction program has no {key}")
         para = _keys("paraphrase", doc.get("paraphrase"), ("templates", "drop_articles"), ("templates",))
         templates = para["templates"]
         if not isinstance(templates, list) or not templates or len(templates) > len(TEMPLATES):
@@ -252,10 +268,11 @@ class Variant:
     shifts: dict[str, list[float]] = field(default_factory=dict)  # role ('object'|'target') -> [dx, dy]
     instruction: str | None = None  # a paraphrase, or None for the task's own instruction
     program_id: str | None = None
+    swap: int | None = None  # the goal object exchanges places with its `swap`-th nearest movable object
 
     @property
     def perturbed(self) -> bool:
-        return bool(self.shifts) or self.instruction is not None
+        return bool(self.shifts) or self.instruction is not None or self.swap is not None
 
     def control(self) -> Variant:
         """The same initial state without the perturbation (the control of the validation test)."""
@@ -268,11 +285,20 @@ class Variant:
             "shifts": {k: list(v) for k, v in sorted(self.shifts.items())},
             "instruction": self.instruction,
             "program_id": self.program_id,
+            "swap": self.swap,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Variant:
-        return cls(int(d["task"]), int(d["init_index"]), dict(d["shifts"]), d["instruction"], d["program_id"])
+        swap = d.get("swap")
+        return cls(
+            int(d["task"]),
+            int(d["init_index"]),
+            dict(d["shifts"]),
+            d["instruction"],
+            d["program_id"],
+            None if swap is None else int(swap),
+        )
 
     def key(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
@@ -283,6 +309,9 @@ def instantiate(
 ) -> Variant:
     """Draw one variant of `program` (validated first) on the source task's initial state `init_index`."""
     doc = validate_generation(program)
+    if doc["perturbs"] == "position" and "swap" in doc:
+        rank = int(rng.choice(doc["swap"]["ranks"]))
+        return Variant(doc["task"], init_index, {}, None, doc["id"], rank)
     if doc["perturbs"] == "position":
         s = doc["shift"]
         offset = [round(float(rng.uniform(*s["dx"])), 4), round(float(rng.uniform(*s["dy"])), 4)]
@@ -294,8 +323,12 @@ def instantiate(
 
 
 def random_program(rng: np.random.Generator, family: str, task: int) -> dict[str, Any]:
-    """A novel program (exploration): a random shift region or a random pair of paraphrase templates."""
-    if rng.random() < 0.5:
+    """A novel program (exploration): a random swap, a random shift region or a random pair of paraphrase
+    templates, each a third of the time."""
+    u = rng.random()
+    if u < 1 / 3:
+        doc = {"perturbs": "position", "swap": {"ranks": [int(rng.integers(MAX_RANK + 1))]}}
+    elif u < 2 / 3:
         role = str(rng.choice(ROLES))
         cx, cy = rng.uniform(-SHIFT_MAX * 0.8, SHIFT_MAX * 0.8, size=2)
         w = 0.02
@@ -317,7 +350,9 @@ def random_program(rng: np.random.Generator, family: str, task: int) -> dict[str
 def compile_for_failure(variant: Variant, family: str, mode_id: str, phase: str) -> tuple[dict, dict]:
     """The template compiler: a generation program that recreates `variant`'s perturbation (a narrow region
     around its shift, or its paraphrase family) and a training program weighting the failed phase."""
-    if variant.shifts:
+    if variant.swap is not None:
+        gen = {"perturbs": "position", "swap": {"ranks": [variant.swap]}}
+    elif variant.shifts:
         role, (dx, dy) = next(iter(sorted(variant.shifts.items())))
         w = 0.015
         gen = {

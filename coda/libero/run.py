@@ -156,6 +156,8 @@ def episode_job(job: dict[str, Any]) -> dict[str, Any]:
         _OBS[job["base_suite"]] = SuiteObservation(suite_objects(job["base_suite"]))
     observe = _OBS[job["base_suite"]]
     shifts = {_role_object(env, role): tuple(xy) for role, xy in variant.shifts.items()}
+    if variant.swap is not None:
+        shifts.update(swap_shifts(env, variant.init_index, variant.swap))
     expert = None
     if job["actor"] == "planner":
         from coda.sim.libero.planner import LiberoPlanner
@@ -188,6 +190,22 @@ def episode_job(job: dict[str, Any]) -> dict[str, Any]:
             labels = np.concatenate(expert.labels)[: rec.steps] if expert.labels else np.zeros((0, 7))
             out["labels"] = labels.astype(float).tolist()
     return out
+
+
+def swap_shifts(env, init_index: int, rank: int) -> dict[str, tuple[float, float]]:
+    """x/y shifts that make the goal object and its `rank`-th nearest movable object (not the goal target)
+    trade places, measured on the settled initial state."""
+    rest = env.reset(init_index)["objects"]
+    goal = env.task.goal.obj
+    others = sorted(
+        (n for n in env.object_names if n not in (goal, env.target_body) and n in rest),
+        key=lambda n: float(np.linalg.norm(rest[n][:2] - rest[goal][:2])),
+    )
+    if not others:
+        return {}
+    other = others[rank % len(others)]
+    dx, dy = (float(v) for v in rest[other][:2] - rest[goal][:2])
+    return {goal: (dx, dy), other: (-dx, -dy)}
 
 
 def _role_object(env, role: str) -> str:
@@ -560,7 +578,8 @@ class LiberoRun:
         results = run_episodes(pool, eps, desc)
         control = dict(zip(controls, results[len(variants) :], strict=True))
         return [
-            (v, res, control[(v.task, v.init_index)]) for v, res in zip(variants, results[: len(variants)], strict=True)
+            (v, res, control[(v.task, v.init_index)])
+            for v, res in zip(variants, results[: len(variants)], strict=True)
         ], results
 
     def _record(self, r: int, variant: lp.Variant, result: dict[str, Any], split: str) -> str | None:
@@ -611,7 +630,12 @@ class LiberoRun:
             if rid is None or res.get("success") or not ctrl.get("success") or not res.get("valid", True):
                 continue
             phase = lp.PHASES[min(int(res.get("phase_reached", 0)), len(lp.PHASES) - 1)]
-            if v.shifts:
+            if v.swap is not None:
+                factor = f"task{v.task}:position:swap"
+                cause = (
+                    f"fails to complete '{phase}' when the object trades places with its neighbour #{v.swap}"
+                )
+            elif v.shifts:
                 role, (dx, dy) = next(iter(sorted(v.shifts.items())))
                 factor = f"task{v.task}:position:{role}"
                 cause = f"fails to complete '{phase}' when the {role} is moved by ({dx:+.2f}, {dy:+.2f}) m"
@@ -813,9 +837,13 @@ class LiberoRun:
                 evaluation = evaluate(
                     pool, self.cfg, work / "policy", work / "critic", self.seed, "LIBERO final evaluation"
                 )
+                # the same policy without the critic's decision rule: what the updates alone did
+                policy_only = evaluate(
+                    pool, self.cfg, work / "policy", None, self.seed, "LIBERO policy alone"
+                )
                 shutil.rmtree(self.out / "work", ignore_errors=True)
             else:
-                evaluation = json.loads((self.sft_dir / "metrics.json").read_text())["eval"]
+                evaluation = policy_only = json.loads((self.sft_dir / "metrics.json").read_text())["eval"]
         sft = json.loads((self.sft_dir / "metrics.json").read_text())
         metrics = {
             "profile": self.cfg.profile,
@@ -823,6 +851,7 @@ class LiberoRun:
             "rounds": c.rounds,
             "before": sft["eval"],
             "after": evaluation,
+            "after_policy_only": policy_only,
             "updates": self.updates,
             "demos": len(self.demos),
             "modes_validated": len(self.memory.modes(status="validated", family=c.suite)),

@@ -54,6 +54,9 @@ def table2_libero_pro(runs_root: Path, out: Path) -> Table:
         ):
             ours, _ = _cell(entry)
             t.add(f"{label}, {when}", ours, paper)
+        if coda and "after_policy_only" in coda:  # not in the paper: the updates without the decision rule
+            ours, _ = _cell(coda["after_policy_only"].get(kind))
+            t.add(f"{label}, after {rounds} rounds, policy alone (no critic)", ours, None)
     suite = (sft or {}).get("suite", "?")
     t.notes += [
         f"Our suite: `{suite}` ({len((sft or {}).get('tasks', []))} source tasks), state observations; the paper: "
