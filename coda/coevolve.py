@@ -45,7 +45,7 @@ import torch
 
 from coda.engine import generate as gen
 from coda.engine.jobs import generate_job, rollout_job
-from coda.learn.train import chunk_dataset, write_json
+from coda.learn.train import chunk_dataset, demo_batch, write_json
 from coda.progress import progress
 
 ROLLOUT_SPLITS = ("novel", "targeted", "replay", "mutation")  # splits whose failures are diagnosed
@@ -926,7 +926,7 @@ class Run:
             }
             imitation = None
             if sources:  # equal shares of rehearsal (seed scenes) and this run's demonstrations
-                parts = [self._demo_batch(ds, c.batch_size // len(sources), rng) for ds in sources]
+                parts = [demo_batch(ds, c.batch_size // len(sources), rng) for ds in sources]
                 imitation = {
                     "obs": torch.cat([p["obs"] for p in parts]),
                     "instr": enc.encode([t for p in parts for t in p["instr"]]),
@@ -942,15 +942,6 @@ class Run:
         self.policy.eval()
         self.critic_loss = float(np.mean(losses[-10:])) if losses else None
         return done, track
-
-    @staticmethod
-    def _demo_batch(ds: dict[str, Any], n: int, rng: np.random.Generator) -> dict[str, Any]:
-        idx = rng.integers(len(ds["obs"]), size=max(n, 1))
-        return {
-            "obs": torch.as_tensor(ds["obs"][idx]),
-            "instr": [ds["instr"][i] for i in idx],
-            "chunk": torch.as_tensor(ds["chunk"][idx]),
-        }
 
     def _collect_rehearsal(self) -> None:
         """Planner demonstrations on the first `rehearsal_per_family` base seed scenes: imitation keeps

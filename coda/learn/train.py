@@ -101,6 +101,16 @@ def chunk_dataset(demos: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def demo_batch(ds: dict[str, Any], n: int, rng: np.random.Generator) -> dict[str, Any]:
+    """`n` chunks (at least one) drawn with replacement from a `chunk_dataset`: tensors + instruction strings."""
+    idx = rng.integers(len(ds["obs"]), size=max(n, 1))
+    return {
+        "obs": torch.as_tensor(ds["obs"][idx]),
+        "instr": [ds["instr"][i] for i in idx],
+        "chunk": torch.as_tensor(ds["chunk"][idx]),
+    }
+
+
 # -- SFT ---------------------------------------------------------------------------------------------------
 @dataclass
 class SFTResult:

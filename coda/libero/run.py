@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from coda.learn.train import NoisyExpert, chunk_dataset, write_json
+from coda.learn.train import NoisyExpert, chunk_dataset, demo_batch, write_json
 from coda.libero import programs as lp
 from coda.progress import progress
 
@@ -800,7 +800,7 @@ class LiberoRun:
                         "obs": torch.as_tensor(sample["obs"]).float(),
                         "instr": enc.encode(list(sample["instruction"])),
                     }
-                    parts = [_demo_batch(ds, c.batch_size // len(sources), rng) for ds in sources]
+                    parts = [demo_batch(ds, c.batch_size // len(sources), rng) for ds in sources]
                     imitation = {
                         "obs": torch.cat([p["obs"] for p in parts]),
                         "instr": enc.encode([t for p in parts for t in p["instr"]]),
@@ -876,15 +876,6 @@ def _task_language(suite: str, task: int) -> str:
     from coda.sim.libero import get_task
 
     return get_task(suite, task).language
-
-
-def _demo_batch(ds: dict[str, Any], n: int, rng: np.random.Generator) -> dict[str, Any]:
-    idx = rng.integers(len(ds["obs"]), size=max(n, 1))
-    return {
-        "obs": torch.as_tensor(ds["obs"][idx]),
-        "instr": [ds["instr"][i] for i in idx],
-        "chunk": torch.as_tensor(ds["chunk"][idx]),
-    }
 
 
 def run_rounds(cfg, sft_dir: str | Path, out: str | Path, *, seed: int = 0) -> dict[str, Any]:
