@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -474,10 +475,15 @@ def main(argv: list[str] | None = None) -> None:
     from coda.sim.scene import SceneSpecError
 
     try:
-        sys.exit(run(argv))
+        code = run(argv)
     except (UserError, ConfigError, SceneSpecError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         print("interrupted; re-running `coda run` on the same --out resumes it", file=sys.stderr)
         sys.exit(130)
+    # Everything is written and closed by now. Freezing the objects left (torch, transformers, peft) keeps the
+    # interpreter's final garbage collection from walking them: that saves ~1 s per process, and a pipeline runs
+    # dozens of them.
+    gc.freeze()
+    sys.exit(code)

@@ -306,10 +306,19 @@ class Run:
     def _rollouts(
         self, actor: dict[str, str], scenes: list[str], *, record: bool, desc: str, seed: int
     ) -> list:
+        from coda.learn.text import get_encoder
+        from coda.sim.scene import SceneSpec
+
+        # Each job carries its instruction's embedding, so that workers never load the text encoder's model
+        # (seconds per worker). `run_method` runs on one thread, like the workers, so these are the bits a
+        # worker would compute itself.
+        instructions = [SceneSpec.from_json(s).task.instruction for s in scenes]
+        embeddings = get_encoder().encode(instructions).numpy() if scenes else []
         jobs = [
             {
                 **actor,
                 "scene": s,
+                "embedding": emb,
                 "max_chunks": self.cfg.sim.max_chunks,
                 "j": self.c.j,
                 "temperature": self.c.temperature,
@@ -317,7 +326,7 @@ class Run:
                 "seed": seed,
                 "record": record,
             }
-            for s in scenes
+            for s, emb in zip(scenes, embeddings)
         ]
         results = self.ex.map(rollout_job, jobs, desc=desc)
         self.worker_cpu_s += sum(x.value.get("cpu_s", 0.0) for x in results if x.ok)

@@ -1,9 +1,15 @@
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("CODA_NO_PROGRESS", "1")
+if "CODA_TEXT_CACHE" not in os.environ:  # the session's own instruction-embedding cache, not the user's
+    os.environ["CODA_TEXT_CACHE"] = tempfile.mkdtemp(prefix="coda-text-cache-")
+    atexit.register(shutil.rmtree, os.environ["CODA_TEXT_CACHE"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

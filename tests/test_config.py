@@ -31,7 +31,7 @@ def raw_params() -> dict:
 
 @pytest.mark.parametrize(
     ("profile", "workers", "n_seed_layouts", "suite_size", "max_chunks", "n_check"),
-    [("smoke", 1, 40, 4, 6, 5), ("cpu", 2, 500, 25, 12, 50), ("paper", 2, 500, 100, 12, 50)],
+    [("smoke", 2, 40, 4, 6, 5), ("cpu", 2, 500, 25, 12, 50), ("paper", 2, 500, 100, 12, 50)],
 )
 def test_real_params_load_every_profile(profile, workers, n_seed_layouts, suite_size, max_chunks, n_check):
     cfg = load_params(PARAMS, profile=profile)

@@ -280,3 +280,40 @@ def test_fallback_encoder_when_package_missing(monkeypatch, caplog):
     assert torch.equal(
         InstructionEncoder(backend="fallback").encode(["push the can"]), enc.encode(["push the can"])
     )
+
+
+def test_encoder_disk_cache_gives_the_same_bits_without_loading_the_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("CODA_TEXT_CACHE", str(tmp_path))
+    texts = ["put the teal duck in the grey bowl", "open the bottom drawer"]
+    first = InstructionEncoder()
+    emb = first.encode(texts)
+    files = sorted(tmp_path.rglob("*.f32"))
+    assert len(files) == 2 and f"threads-{torch.get_num_threads()}" in str(files[0])
+    second = InstructionEncoder()
+    assert torch.equal(second.encode(texts), emb)
+    assert second._model is None  # read back, not recomputed
+    # a malformed file is ignored and rewritten; the result is unchanged
+    files[0].write_bytes(b"\x00" * 12)
+    third = InstructionEncoder()
+    assert torch.equal(third.encode(texts), emb) and third._model is not None
+    assert files[0].stat().st_size == 4 * EMBED_DIM
+    # under another thread count the key differs: nothing is read back across it
+    threads = torch.get_num_threads()
+    here = third._disk_file(texts[0])
+    try:
+        torch.set_num_threads(2 if threads == 1 else 1)
+        assert third._disk_file(texts[0]) != here
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_encoder_cache_can_be_switched_off_and_takes_handed_embeddings(tmp_path, monkeypatch):
+    monkeypatch.setenv("CODA_TEXT_CACHE", "off")
+    enc = InstructionEncoder()
+    assert enc.backend == "minilm" and enc._disk is None
+    vec = torch.nn.functional.normalize(torch.arange(EMBED_DIM, dtype=torch.float32), dim=0)
+    enc.remember(["stack the cubes"], vec[None].numpy())
+    assert torch.equal(enc.encode(["stack the cubes"])[0], vec) and enc._model is None
+    with pytest.raises(ValueError, match="shape"):
+        enc.remember(["a", "b"], vec[None].numpy())
+    assert not list(tmp_path.iterdir())

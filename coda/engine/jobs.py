@@ -105,13 +105,15 @@ def _rejected(job: dict[str, Any], trace: list[dict[str, Any]]) -> dict[str, Any
 def rollout_job(job: dict[str, Any]) -> dict[str, Any]:
     """Roll a saved policy out on one scene: critic-guided (j candidates, softmax(Q/τ)) when a critic is
     given, else the policy's own sample. job: policy, critic (dirs), scene (JSON), max_chunks, j,
-    temperature, selection ("softmax" or "argmax"), seed, record (return the full `RolloutRecord` dict, else a summary)."""
+    temperature, selection ("softmax" or "argmax"), seed, record (return the full `RolloutRecord` dict, else a
+    summary), and optionally embedding (the instruction's, from the parent's encoder)."""
     import torch
 
     from coda import data
     from coda.learn.awr import CriticGuidedPolicy
     from coda.learn.critic import ChunkCritic
     from coda.learn.policies import ChunkPolicy
+    from coda.learn.text import get_encoder
     from coda.sim.rollout import run_episode
     from coda.sim.scene import SceneSpec
 
@@ -136,6 +138,8 @@ def rollout_job(job: dict[str, Any]) -> dict[str, Any]:
             _ACTORS[key] = policy.eval()
     cpu0 = time.process_time()
     scene = SceneSpec.from_json(job["scene"])
+    if job.get("embedding") is not None:  # the parent's embedding: no text model to load here
+        get_encoder().remember([scene.task.instruction], [job["embedding"]])
     _inject_fault(scene.hash)
     rec = run_episode(data._WORLD, scene, _ACTORS[key], max_chunks=job["max_chunks"])
     if job.get("record"):

