@@ -38,8 +38,9 @@ def _save_figure(fig, out_dir: Path, name: str) -> list[Path]:
     paths = []
     for ext in ("png", "svg"):
         path = out_dir / f"{name}.{ext}"
-        # fixed metadata so that re-running on the same runs gives identical files
-        fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else {})
+        # fixed metadata and SVG element ids, so that re-running on the same runs gives identical files
+        with _plt().rc_context({"svg.hashsalt": name}):
+            fig.savefig(path, dpi=120, bbox_inches="tight", metadata={"Date": None} if ext == "svg" else {})
         paths.append(path)
     _plt().close(fig)
     return paths
