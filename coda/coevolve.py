@@ -313,7 +313,7 @@ class Run:
         # (seconds per worker). `run_method` runs on one thread, like the workers, so these are the bits a
         # worker would compute itself.
         instructions = [SceneSpec.from_json(s).task.instruction for s in scenes]
-        embeddings = get_encoder().encode(instructions).numpy() if scenes else []
+        embeddings = get_encoder().encode(instructions).numpy()
         jobs = [
             {
                 **actor,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -69,14 +68,6 @@ def _libero() -> bool:
     from coda.sim import libero
 
     return libero.available()
-
-
-def _sh(args: list[str], repo: Path, timeout: float = 1800) -> subprocess.CompletedProcess:
-    res = subprocess.run(
-        args, cwd=repo, env=smoke.env_for(repo), capture_output=True, text=True, timeout=timeout
-    )
-    assert res.returncode == 0, f"{' '.join(args)} failed:\n{res.stdout[-4000:]}\n{res.stderr[-4000:]}"
-    return res
 
 
 @pytest.fixture(scope="module")
@@ -152,16 +143,16 @@ def test_every_notebook_executed_by_papermill(smoke_repo):
 
 def test_repro_again_is_a_no_op_and_one_variant_invalidates_only_its_chain(smoke_repo):
     repo, _ = smoke_repo
-    res = _sh([str(BIN / "dvc"), "repro"], repo)
+    res = smoke.sh([str(BIN / "dvc"), "repro"], repo)
     assert "Running stage" not in res.stdout, res.stdout[-2000:]
-    _sh([str(BIN / "dvc"), "metrics", "show"], repo)
-    _sh([str(BIN / "dvc"), "plots", "show", "-o", str(repo / "plots_html")], repo)
+    smoke.sh([str(BIN / "dvc"), "metrics", "show"], repo)
+    smoke.sh([str(BIN / "dvc"), "plots", "show", "-o", str(repo / "plots_html")], repo)
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["experiments"]["variants"]["value_only"]["set"]["temperature"] = 0.25
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    diff = _sh([str(BIN / "dvc"), "params", "diff"], repo).stdout
+    diff = smoke.sh([str(BIN / "dvc"), "params", "diff"], repo).stdout
     assert "value_only" in diff
-    status = _sh([str(BIN / "dvc"), "status", "--json"], repo).stdout
+    status = smoke.sh([str(BIN / "dvc"), "status", "--json"], repo).stdout
     changed = set(json.loads(status))
     assert "ablation@value_only" in changed
     assert not any(s.startswith(("table1@", "long@", "sft", "backbone")) for s in changed), changed

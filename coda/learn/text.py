@@ -166,8 +166,10 @@ def _disk_cache_dir(model_path: str) -> Path | None:
         return None
     from importlib import metadata
 
-    root = Path(setting) if setting else Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    root = root if setting else root / "coda" / "text"
+    if setting:
+        root = Path(setting)
+    else:
+        root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "coda" / "text"
     weights = Path(model_path) / "model.safetensors"
     ident = {
         "format": _CACHE_FORMAT,
