@@ -2,9 +2,9 @@
 
 The copy holds what `git clone` would give (tracked and untracked files that git does not ignore) with the
 `smoke` profile and one Table 1 seed selected, exactly as `tests/test_pipeline.py` prepares it (that test uses
-`prepare` and `repro` from here). A built `data/` in the checkout is copied along (`coda data ensure` checks
-it against `data.dvc`; otherwise it is built first, untimed). Without the `[libero]` extra the LIBERO stages
-are left out. Prints one JSON object:
+`prepare` and `repro` from here). Nothing else comes along: no `data/`, no DVC cache or remote, so the
+timed repro includes the `scenes` stage, which builds the smoke profile's scenes from scratch, as on a fresh
+clone. Without the `[libero]` extra the LIBERO stages are left out. Prints one JSON object:
 
     {"profile": "smoke", "total_s", "without_libero_s", "libero_s", "stages": {name: seconds}, "libero": bool,
      "returncode"}
@@ -56,7 +56,7 @@ def sh(args: list[str], repo: Path, timeout: float = 1800) -> subprocess.Complet
 
 def prepare(repo: Path, *, libero: bool) -> Path:
     """A fresh copy of the project at `repo` on the smoke profile with Table 1 seed 0, committed to its own
-    git repository, with data/ in place; `libero=False` leaves the LIBERO stages out."""
+    git repository (no data/, no DVC remote); `libero=False` leaves the LIBERO stages out."""
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"],
         cwd=ROOT,
@@ -86,9 +86,6 @@ def prepare(repo: Path, *, libero: bool) -> Path:
         ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke"],
     ):
         sh(args, repo)
-    if (ROOT / "data" / "manifest.json").is_file():
-        shutil.copytree(ROOT / "data", repo / "data")
-    sh([str(BIN / "coda"), "data", "ensure"], repo, timeout=3600)
     return repo
 
 

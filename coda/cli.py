@@ -207,30 +207,88 @@ def run_method_command(cfg, args) -> dict:
         ex.close()
 
 
-def data_ensure(data_dir: Path, dvc_file: Path, cfg) -> str:
-    """Make `data_dir` match `dvc_file`: keep it, pull it from the DVC remote, or rebuild and verify it."""
+def _dvc() -> str:
+    """The `dvc` beside this interpreter (the project's environment), else the one on PATH."""
+    here = Path(sys.executable).parent / "dvc"
+    return str(here) if here.is_file() else "dvc"
+
+
+def _dvc_remotes() -> list[str]:
+    res = subprocess.run([_dvc(), "remote", "list"], capture_output=True, text=True)
+    return (
+        [line.split()[0] for line in res.stdout.splitlines() if line.strip()] if res.returncode == 0 else []
+    )
+
+
+def data_ensure(data_dir: Path, dvc_file: Path, cfg, *, accept: bool = False) -> str:
+    """Make `data_dir` match `dvc_file`: keep it, pull it from a DVC remote if one is configured, or
+    rebuild it and compare it file by file with the listing `dvc_file` records. With `accept`, a rebuild
+    that differs is kept and recorded in `dvc_file` (after the report of what differs)."""
     import yaml
 
     from coda import data
 
     if not dvc_file.exists():
         raise UserError(f"{dvc_file}: not found (run from the repository root)")
-    want = yaml.safe_load(dvc_file.read_text())["outs"][0]["md5"]
+    doc = yaml.safe_load(dvc_file.read_text())
+    want = doc["outs"][0]["md5"]
     if data_dir.exists() and data.dvc_dir_md5(data_dir) == want:
         return f"{data_dir} is up to date ({want})"
-    pulled = subprocess.run(["dvc", "pull", "-q", str(dvc_file)], capture_output=True, text=True)
-    if pulled.returncode == 0 and data_dir.exists() and data.dvc_dir_md5(data_dir) == want:
-        return f"pulled {data_dir} from the DVC remote ({want})"
-    print(f"{data_dir}: not in the DVC remote; rebuilding it (deterministic, a few minutes)", file=sys.stderr)
-    manifest = data.build(data_dir, seed=cfg.seed, workers=cfg.sim.workers, backend=cfg.sim.backend)
+    remotes = _dvc_remotes()
+    if remotes:
+        pulled = subprocess.run([_dvc(), "pull", "-q", str(dvc_file)], capture_output=True, text=True)
+        if pulled.returncode == 0 and data_dir.exists() and data.dvc_dir_md5(data_dir) == want:
+            return f"pulled {data_dir} from the DVC remote ({want})"
+        where = f"not in the DVC remote ({', '.join(remotes)})"
+    else:
+        where = "no DVC remote configured"
+    print(f"{data_dir}: {where}; rebuilding it (deterministic, a few minutes)", file=sys.stderr)
+    build = (doc.get("meta") or {}).get("build", {})
+    data.build(
+        data_dir,
+        seed=build.get("seed", cfg.seed),
+        n_seed_layouts=build.get("n_seed_layouts", data.N_SEED_LAYOUTS),
+        suite_size=build.get("suite_size", data.SUITE_SIZE),
+        families=tuple(build.get("families", data.FAMILIES)),
+        workers=cfg.sim.workers,
+        backend=cfg.sim.backend,
+    )
     got = data.dvc_dir_md5(data_dir)
-    if got != want:
+    if got == want:
+        subprocess.run([_dvc(), "commit", "-q", "-f", str(dvc_file)], capture_output=True)
+        return f"rebuilt {data_dir}; hash matches {dvc_file} ({want})"
+    diff = data.compare_listing(data.release_listing(doc), data.file_listing(data_dir))
+    report = "\n  ".join(diff[:40] + ([f"... and {len(diff) - 40} more"] if len(diff) > 40 else []))
+    head = f"rebuilt {data_dir} hashes to {got}, but {dvc_file} records {want}; {len(diff)} file(s) differ:"
+    if not accept:
         raise UserError(
-            f"rebuilt {data_dir} hashes to {got}, but {dvc_file} records {want}; "
-            f"the build is not reproducible on this machine (stats: {manifest['stats']})"
+            f"{head}\n  {report}\nThe rebuilt data is kept in {data_dir}. To go on with it, run "
+            f"`coda data ensure --accept` (records it in {dvc_file}; results will not be bit-comparable with "
+            "the published ones), and please report the lines above."
         )
-    subprocess.run(["dvc", "commit", "-q", "-f", str(dvc_file)], capture_output=True)
-    return f"rebuilt {data_dir}; hash matches {dvc_file} ({want})"
+    data.record_release(dvc_file, data_dir)
+    subprocess.run([_dvc(), "commit", "-q", "-f", str(dvc_file)], capture_output=True, check=True)
+    print(f"warning: {head}\n  {report}", file=sys.stderr)
+    return f"kept the rebuilt {data_dir} and recorded it in {dvc_file} ({got})"
+
+
+def data_scenes(out: Path, data_dir: Path, dvc_file: Path, cfg) -> dict[str, Any]:
+    """The profile's scenes (its `data` section's slots) in `out`: taken from `data_dir` when it matches
+    `dvc_file` (after pulling or rebuilding it when the profile says `use_release`), else built directly.
+    Either way the files are the same bytes."""
+    from coda import data
+
+    d = cfg.data
+    sizes = dict(n_seed_layouts=d.n_seed_layouts, suite_size=d.suite_size, families=tuple(d.families))
+    if d.use_release:
+        print(data_ensure(data_dir, dvc_file, cfg), file=sys.stderr)
+    import yaml
+
+    want = yaml.safe_load(dvc_file.read_text())["outs"][0]["md5"] if dvc_file.exists() else None
+    source = data_dir if data_dir.exists() and data.dvc_dir_md5(data_dir) == want else None
+    return data.build(
+        out, seed=cfg.seed, workers=cfg.sim.workers, backend=cfg.sim.backend, source=source, **sizes
+    )
 
 
 # -- entry point -------------------------------------------------------------------------------------------
@@ -266,9 +324,22 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--suite-size", type=int, default=None, help="held-out scenes per suite (default 100)")
     b.add_argument("--families", nargs="+", default=None)
     b.add_argument("--workers", type=_positive_int, default=None)
+    b.add_argument(
+        "--record",
+        metavar="DVC_FILE",
+        default=None,
+        help="then record the build in DVC_FILE (dvc commit, and the file listing under meta), e.g. data.dvc",
+    )
     e = dsub.add_parser("ensure", help="pull or rebuild data/ so that it matches data.dvc")
     e.add_argument("--out", default="data")
     e.add_argument("--dvc-file", default="data.dvc")
+    e.add_argument(
+        "--accept", action="store_true", help="keep a rebuild that differs from data.dvc and record it there"
+    )
+    sc_ = dsub.add_parser("scenes", help="the profile's scenes (its data section) from data/ or built")
+    sc_.add_argument("--out", default="scenes")
+    sc_.add_argument("--data", default="data")
+    sc_.add_argument("--dvc-file", default="data.dvc")
     dsub.add_parser("ranges", help="print the factor ranges of every family (Markdown)")
 
     pc = sub.add_parser("planner-check", help="scripted-planner success on seed scenes")
@@ -393,13 +464,19 @@ def run(argv: list[str] | None = None) -> int:
                 workers=args.workers or cfg.sim.workers,
                 backend=cfg.sim.backend,
             )
+            if args.record:  # the listing first, then DVC's own write (its outs, in its format, meta kept)
+                data.record_release(Path(args.record), Path(args.out))
+                subprocess.run([_dvc(), "commit", "-q", "-f", args.record], check=True)
             print(
                 json.dumps(
                     {"counts": m["counts"], "stats": m["stats"], "dvc_md5": data.dvc_dir_md5(Path(args.out))}
                 )
             )
+        elif args.data_cmd == "scenes":
+            m = data_scenes(Path(args.out), Path(args.data), Path(args.dvc_file), cfg)
+            print(json.dumps({"counts": m["counts"], "stats": m["stats"]}))
         else:
-            print(data_ensure(Path(args.out), Path(args.dvc_file), cfg))
+            print(data_ensure(Path(args.out), Path(args.dvc_file), cfg, accept=args.accept))
     elif args.cmd == "planner-check":
         _need_data(Path(args.data))
         rows = planner_check(

@@ -87,6 +87,12 @@ def _parses_as_float(text: str) -> bool:
     return True
 
 
+def _check_bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, f"expected true or false, got {_got(value)}")
+    return value
+
+
 def _check_choice(key: str, value: Any, choices: Iterable[str]) -> str:
     choices = tuple(choices)
     if not isinstance(value, str) or value not in choices:
@@ -123,11 +129,15 @@ class DataConfig:
     n_seed_layouts: int = 500  # seed layouts used, in total over the families (data/ holds 500)
     suite_size: int = 25  # held-out environments used per suite per family (data/ holds 100)
     families: tuple[str, ...] = FAMILIES  # task families to run, distinct entries of FAMILIES
+    # `coda data scenes` (the pipeline's first stage): true takes the profile's scenes from the released data/
+    # (pulling or rebuilding it first); false builds only the profile's slots when data/ is absent
+    use_release: bool = True
 
     def __post_init__(self) -> None:
         _check_int("n_seed_layouts", self.n_seed_layouts, minimum=1)
         _check_int("suite_size", self.suite_size, minimum=1)
         object.__setattr__(self, "families", _check_choices("families", self.families, FAMILIES))
+        _check_bool("use_release", self.use_release)
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,36 @@ def suite_scenes(data_dir: Path, family: str, suite: str, limit: int | None = No
     return read_scenes(Path(data_dir) / "suites" / family / f"{suite}.jsonl", limit)
 
 
+# glibc picks FMA variants of sin, cos, atan2, exp ... on CPUs that have FMA, and those round differently
+# from the plain ones. The build's worker processes start with the plain variants on every CPU, so PyBullet's
+# physics and our geometry see the same libm everywhere (see coda/sim/numerics.py for NumPy's kernels).
+PINNED_LIBM = "glibc.cpu.hwcaps=-AVX2,-FMA,-FMA4"
+
+
+def worker_env() -> dict[str, str]:
+    """Environment of the build's worker processes: this one's GLIBC_TUNABLES plus `PINNED_LIBM`."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if PINNED_LIBM in tunables.split(":"):
+        return {"GLIBC_TUNABLES": tunables}
+    return {"GLIBC_TUNABLES": f"{tunables}:{PINNED_LIBM}" if tunables else PINNED_LIBM}
+
+
+def scene_jobs(
+    seed: int, n_seed_layouts: int, suite_size: int, families: tuple[str, ...] = FAMILIES
+) -> list[SceneJob]:
+    """Every scene slot of a build: seed layouts split over the families, then `suite_size` per suite."""
+    per_family = [
+        n_seed_layouts // len(families) + (i < n_seed_layouts % len(families)) for i in range(len(families))
+    ]
+    jobs = [SceneJob(f, "seed", i, seed) for f, n in zip(families, per_family, strict=True) for i in range(n)]
+    jobs += [SceneJob(f, s, i, seed) for f in families for s in SUITES for i in range(suite_size)]
+    return jobs
+
+
+def _slot(job: SceneJob) -> str:
+    return f"{job.family}/{job.split}/{job.index}"
+
+
 def build(
     out: Path,
     *,
@@ -119,9 +149,14 @@ def build(
     families: tuple[str, ...] = FAMILIES,
     workers: int = 2,
     backend: str = "local",
+    source: Path | None = None,
 ) -> dict[str, Any]:
-    """Build `out/` (assets, seeds, suites, manifest). Written to a temporary folder, then renamed."""
-    from coda.sim.assets import build_assets
+    """Build `out/` (assets, seeds, suites, manifest). Written to a temporary folder, then renamed.
+
+    With `source`, a built data folder of the same seed that holds every slot asked for (e.g. the full
+    `data/`), the scenes and assets are taken from it instead of simulated: every slot is seeded on its own,
+    so the files are the same bytes as a build from scratch.
+    """
     from coda.sim.executor import make_executor
 
     out = Path(out)
@@ -129,31 +164,69 @@ def build(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    build_assets(tmp, seed=seed)
-    per_family = [
-        n_seed_layouts // len(families) + (i < n_seed_layouts % len(families)) for i in range(len(families))
-    ]
-    jobs = [SceneJob(f, "seed", i, seed) for f, n in zip(families, per_family, strict=True) for i in range(n)]
-    jobs += [SceneJob(f, s, i, seed) for f in families for s in SUITES for i in range(suite_size)]
-    ex = make_executor(
-        backend, workers, timeout_s=120.0, retries=1, initializer=_init_worker, initargs=(str(tmp),)
-    )
-    try:
-        results = ex.map(build_scene, jobs, desc="building scenes")
-    finally:
-        ex.close()
-    rows: dict[tuple[str, str], list[dict]] = {}
-    stats: Counter = Counter()
-    for job, res in zip(jobs, results, strict=True):
+    jobs = scene_jobs(seed, n_seed_layouts, suite_size, families)
+    if source is not None:
+        rows = _rows_from(Path(source), jobs)
+        shutil.copytree(Path(source) / "assets", tmp / "assets")
+    else:
+        ex = make_executor(backend, 1, timeout_s=600.0, retries=0, env=worker_env())
+        try:  # the catalog too is computed in a process that starts with the pinned libm
+            res = ex.map(_build_assets_job, [(str(tmp), seed)], desc="building assets")[0]
+        finally:
+            ex.close()
         if not res.ok:
-            raise RuntimeError(f"scene {job} failed: {res.error}")
-        row = res.value
+            raise RuntimeError(f"asset catalog failed: {res.error}")
+        ex = make_executor(
+            backend,
+            workers,
+            timeout_s=120.0,
+            retries=1,
+            initializer=_init_worker,
+            initargs=(str(tmp),),
+            env=worker_env(),
+        )
+        try:
+            results = ex.map(build_scene, jobs, desc="building scenes")
+        finally:
+            ex.close()
+        rows = []
+        for job, res in zip(jobs, results, strict=True):
+            if not res.ok:
+                raise RuntimeError(f"scene {job} failed: {res.error}")
+            rows.append({"slot": job.index, **res.value})
+    manifest = _write_scenes(tmp, jobs, rows)
+    manifest.update(seed=seed, n_seed_layouts=n_seed_layouts, suite_size=suite_size, families=list(families))
+    manifest = dict(sorted(manifest.items()))
+    manifest["files"] = _file_hashes(tmp)
+    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(tmp, out)
+    return manifest
+
+
+def _build_assets_job(args: tuple[str, int]) -> int:
+    from coda.sim.assets import build_assets
+
+    data_dir, seed = args
+    return len(build_assets(Path(data_dir), seed=seed).rigid)
+
+
+def _write_scenes(tmp: Path, jobs: list[SceneJob], rows: list[dict]) -> dict[str, Any]:
+    """Write the seed and suite files of `rows` (one per job, rejected slots included); returns the
+    manifest's counts, stats and rejected slots."""
+    by_file: dict[tuple[str, str], list[dict]] = {}
+    stats: Counter = Counter()
+    rejected = []
+    for job, row in zip(jobs, rows, strict=True):
         stats[f"{job.split}:{row['status']}"] += 1
         stats["draws_rejected"] += row["rejected_before"]
-        if row["spec"] is not None:
-            rows.setdefault((job.family, job.split), []).append(row)
-    seed_hashes = {r["hash"] for (f, s), rs in rows.items() if s == "seed" for r in rs}
-    for (family, split), rs in sorted(rows.items()):
+        if row["spec"] is None:
+            rejected.append(_slot(job))
+        else:
+            by_file.setdefault((job.family, job.split), []).append(row)
+    seed_hashes = {r["hash"] for (f, s), rs in by_file.items() if s == "seed" for r in rs}
+    for (family, split), rs in sorted(by_file.items()):
         if split == "seed":
             _write_jsonl(tmp / "seeds" / f"{family}.jsonl", rs)
         else:
@@ -162,20 +235,35 @@ def build(
                 raise RuntimeError(f"held-out {family}/{split} overlaps seed layouts: {overlap[:3]}")
             _write_jsonl(tmp / "suites" / family / f"{split}.jsonl", rs)
     (tmp / "RANGES.md").write_text(render_markdown())
-    manifest = {
-        "seed": seed,
-        "n_seed_layouts": n_seed_layouts,
-        "suite_size": suite_size,
-        "families": list(families),
-        "counts": {f"{f}/{s}": len(rs) for (f, s), rs in sorted(rows.items())},
+    return {
+        "counts": {f"{f}/{s}": len(rs) for (f, s), rs in sorted(by_file.items())},
         "stats": dict(sorted(stats.items())),
-        "files": _file_hashes(tmp),
+        "rejected_slots": rejected,
     }
-    (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(tmp, out)
-    return manifest
+
+
+def _rows_from(source: Path, jobs: list[SceneJob]) -> list[dict]:
+    """The rows of `jobs`' slots in the built folder `source` (rejected slots as the build records them)."""
+    m = json.loads((source / "manifest.json").read_text())
+    want = {(j.family, j.split) for j in jobs}
+    seed = {j.seed for j in jobs}
+    if seed != {m["seed"]}:
+        raise ValueError(f"{source}: built with seed {m['seed']}, asked for {sorted(seed)}")
+    found: dict[str, dict] = {}
+    for family, split in want:
+        path = source / ("seeds" if split == "seed" else f"suites/{family}")
+        path = path / f"{family if split == 'seed' else split}.jsonl"
+        if path.is_file():
+            for line in path.read_text().splitlines():
+                row = json.loads(line)
+                found[f"{family}/{split}/{row['slot']}"] = row
+    gone = {"spec": None, "hash": None, "status": "rejected", "rejected_before": MAX_ATTEMPTS, "trace": []}
+    for slot in m.get("rejected_slots", []):
+        found[slot] = {"slot": int(slot.rsplit("/", 1)[1]), **gone}
+    missing = [_slot(j) for j in jobs if _slot(j) not in found]
+    if missing:
+        raise ValueError(f"{source}: does not hold {len(missing)} of the slots asked for, e.g. {missing[:3]}")
+    return [found[_slot(j)] for j in jobs]
 
 
 def _file_hashes(root: Path) -> dict[str, str]:
@@ -194,3 +282,74 @@ def dvc_dir_md5(root: Path) -> str:
         if p.is_file()
     ]
     return hashlib.md5(json.dumps(entries, sort_keys=True).encode()).hexdigest() + ".dir"
+
+
+# -- the released data/: what data.dvc records, and how a rebuild compares with it ----------------------
+def file_listing(root: Path) -> dict[str, list]:
+    """Every file under `root`: [md5, bytes, lines], the record `coda data ensure` compares a rebuild with."""
+    out = {}
+    for p in sorted(Path(root).rglob("*"), key=lambda q: q.relative_to(root).as_posix()):
+        if p.is_file():
+            raw = p.read_bytes()
+            out[p.relative_to(root).as_posix()] = [hashlib.md5(raw).hexdigest(), len(raw), raw.count(b"\n")]
+    return out
+
+
+def compare_listing(expected: dict[str, list], got: dict[str, list]) -> list[str]:
+    """One line per file that is missing, extra or different, saying how (bytes and lines)."""
+    lines = []
+    for name in sorted(set(expected) | set(got)):
+        e, g = expected.get(name), got.get(name)
+        if e is None:
+            lines.append(f"{name}: not in the release ({g[1]:,} bytes, {g[2]:,} lines)")
+        elif g is None:
+            lines.append(f"{name}: missing ({e[1]:,} bytes, {e[2]:,} lines in the release)")
+        elif e[0] != g[0]:
+            lines.append(
+                f"{name}: different content, {g[1]:,} bytes and {g[2]:,} lines "
+                f"(release: {e[1]:,} bytes, {e[2]:,} lines)"
+            )
+    return lines
+
+
+class _Row(list):
+    """A list YAML writes on one line (a file's [md5, bytes, lines])."""
+
+
+def _dumper():
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    Dumper.add_representer(
+        _Row, lambda d, row: d.represent_sequence("tag:yaml.org,2002:seq", row, flow_style=True)
+    )
+    return Dumper
+
+
+def record_release(dvc_file: Path, data_dir: Path) -> None:
+    """Write `data_dir`'s file listing and build sizes into `dvc_file`'s `meta` (DVC keeps it as is).
+
+    The listing is grouped by folder, one file per line, short enough that DVC's own rewrites leave it alone."""
+    import yaml
+
+    doc = yaml.safe_load(Path(dvc_file).read_text())
+    manifest = json.loads((Path(data_dir) / "manifest.json").read_text())
+    folders: dict[str, dict[str, _Row]] = {}
+    for name, row in file_listing(data_dir).items():
+        folder, _, base = name.rpartition("/")
+        folders.setdefault(folder or ".", {})[base] = _Row(row)
+    doc["meta"] = {
+        "build": {k: manifest[k] for k in ("seed", "n_seed_layouts", "suite_size", "families")},
+        "files": folders,
+    }
+    Path(dvc_file).write_text(yaml.dump(doc, Dumper=_dumper(), sort_keys=False, width=200))
+
+
+def release_listing(doc: dict) -> dict[str, list]:
+    """The file listing (path -> [md5, bytes, lines]) that `record_release` wrote into a .dvc document."""
+    folders = (doc.get("meta") or {}).get("files") or {}
+    return {
+        (f"{d}/{n}" if d != "." else n): list(row) for d, rows in folders.items() for n, row in rows.items()
+    }

@@ -1,9 +1,13 @@
 """data/: determinism, held-out/train disjointness, manifest, DVC directory hash."""
 
 import json
+import platform
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from coda import data
 from coda.sim.families import REGISTRY
@@ -141,3 +145,109 @@ def test_ranges_document_is_current():
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "RANGES.md"
     assert doc.read_text().strip() == render_markdown().strip(), "run `coda data ranges > docs/RANGES.md`"
+
+
+def _reduced_kernels_env() -> dict[str, str]:
+    """This environment with NumPy's SIMD dispatch switched off (baseline kernels only) and OpenBLAS on its
+    Nehalem kernels: what an older x86-64 CPU computes with."""
+    import os
+
+    from numpy._core import _multiarray_umath as umath
+
+    env = dict(os.environ)
+    env.update(NPY_DISABLE_CPU_FEATURES=" ".join(umath.__cpu_dispatch__), OPENBLAS_CORETYPE="Nehalem")
+    return env
+
+
+def _differing_files(a: Path, b: Path) -> list[str]:
+    names = sorted({p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file()})
+    names += sorted({p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file()} - set(names))
+    return [
+        n
+        for n in names
+        if not (a / n).is_file() or not (b / n).is_file() or (a / n).read_bytes() != (b / n).read_bytes()
+    ]
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="NumPy/OpenBLAS kernel names are x86-64's")
+def test_build_is_byte_identical_with_reduced_numpy_and_openblas_kernels(small_data, tmp_path):
+    """The CPU's vector extensions decide nothing: with baseline kernels every file has the same bytes."""
+    out = tmp_path / "reduced"
+    coda = Path(sys.executable).parent / "coda"
+    probe = (  # which dispatch targets NumPy uses and which kernels OpenBLAS runs, in that environment
+        "import numpy, threadpoolctl; from numpy._core import _multiarray_umath as u; "
+        "print([f for f in u.__cpu_dispatch__ if u.__cpu_features__[f]], "
+        "[i.get('architecture') for i in threadpoolctl.threadpool_info() if i['internal_api'] == 'openblas'])"
+    )
+    got = subprocess.run(
+        [sys.executable, "-c", probe], env=_reduced_kernels_env(), capture_output=True, text=True, check=True
+    )
+    assert got.stdout.split() == ["[]", "['Nehalem']"], got.stdout  # the reduced kernels really are in force
+    cmd = [
+        str(coda),
+        "data",
+        "build",
+        "--out",
+        str(out),
+        "--n-seeds",
+        "12",
+        "--suite-size",
+        "2",
+        "--workers",
+        "2",
+    ]
+    subprocess.run(cmd, env=_reduced_kernels_env(), capture_output=True, text=True, check=True)
+    assert _differing_files(small_data, out) == []
+
+
+def test_worker_env_pins_libm_and_keeps_other_tunables(monkeypatch):
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.check=0")
+    assert data.worker_env() == {"GLIBC_TUNABLES": f"glibc.malloc.check=0:{data.PINNED_LIBM}"}
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    assert data.worker_env() == {"GLIBC_TUNABLES": data.PINNED_LIBM}
+
+
+def test_profile_scenes_from_a_larger_build_are_the_bytes_of_a_direct_build(small_data, tmp_path):
+    """Every slot is seeded on its own: the smoke-sized scenes cut from data/ equal a smoke-sized build."""
+    cut = data.build(tmp_path / "cut", n_seed_layouts=8, suite_size=1, source=small_data)
+    direct = data.build(tmp_path / "direct", n_seed_layouts=8, suite_size=1, workers=2)
+    assert cut == direct
+    assert _differing_files(tmp_path / "cut", tmp_path / "direct") == []
+    with pytest.raises(ValueError, match="does not hold"):
+        data.build(tmp_path / "more", n_seed_layouts=40, suite_size=1, source=small_data)
+
+
+def test_ensure_names_the_files_a_rebuild_changed(small_data, tmp_path, monkeypatch):
+    """A rebuild that differs from data.dvc's record is reported file by file, kept, and accepted on request."""
+    import shutil
+
+    import yaml
+
+    from coda.cli import UserError, data_ensure
+    from coda.config import load_params
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    dvc = str(Path(sys.executable).parent / "dvc")
+    for args in (["git", "init", "-q"], [dvc, "init", "-q"]):
+        subprocess.run(args, cwd=repo, check=True)
+    shutil.copytree(small_data, repo / "data")
+    subprocess.run([dvc, "add", "-q", "data"], cwd=repo, check=True)
+    data.record_release(repo / "data.dvc", repo / "data")
+    doc = yaml.safe_load((repo / "data.dvc").read_text())
+    assert doc["meta"]["build"]["n_seed_layouts"] == 12
+    assert data.release_listing(doc) == data.file_listing(repo / "data")
+    # pretend the release was built elsewhere with other bytes for one file
+    doc["meta"]["files"]["seeds"]["stack.jsonl"] = ["0" * 32, 10, 1]
+    doc["outs"][0]["md5"] = "0" * 32 + ".dir"
+    (repo / "data.dvc").write_text(yaml.safe_dump(doc, sort_keys=False))
+    shutil.rmtree(repo / "data")
+    cfg = load_params(Path(__file__).resolve().parents[1] / "params.yaml", "smoke")
+    monkeypatch.chdir(repo)
+    with pytest.raises(UserError) as err:
+        data_ensure(Path("data"), Path("data.dvc"), cfg)
+    assert "1 file(s) differ" in str(err.value) and "seeds/stack.jsonl: different content" in str(err.value)
+    assert "--accept" in str(err.value) and (repo / "data" / "manifest.json").is_file()
+    assert data_ensure(Path("data"), Path("data.dvc"), cfg, accept=True).startswith("kept the rebuilt data")
+    up_to_date = data_ensure(Path("data"), Path("data.dvc"), cfg)
+    assert up_to_date.endswith(f"up to date ({data.dvc_dir_md5(repo / 'data')})")

@@ -3,9 +3,10 @@ every table and figure file (Table 2 when the `[libero]` extra is installed), ex
 papermill, and is then up to date; `dvc metrics show`, `dvc plots show` and `dvc params diff` work, and
 changing one variant's parameters invalidates only that run and what reads it.
 
-This is the slowest test (minutes): it builds `data/` first unless the checkout already holds a matching one.
-It prints repro's wall time, in all and without the LIBERO stages, and per stage (`-s` shows them);
-`python benchmarks/smoke_pipeline.py` measures the same on its own.
+This is the slowest test (minutes). The copy has no `data/`, DVC cache or remote, as on a fresh clone: the
+`scenes` stage builds the smoke profile's scenes from scratch inside the timed repro. It prints repro's wall
+time, in all and without the LIBERO stages, and per stage (`-s` shows them); `python
+benchmarks/smoke_pipeline.py` measures the same on its own.
 """
 
 from __future__ import annotations

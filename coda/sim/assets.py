@@ -46,9 +46,12 @@ import numpy as np
 import pybullet as p
 import pybullet_data
 
+from coda.sim import numerics
+
 CATALOG_SCHEMA = 1
 
 MAX_HULL_VERTICES = 48
+HULL_GRID = 1e-7  # metres: hull vertices are simplified on this integer grid (exact distances and ties)
 RANDOM_URDF_SCALE = 0.015
 DENSITY = 500.0  # kg/m^3 applied to the (simplified) hull or primitive volume for `default_mass`
 MASS_RANGE = (0.02, 1.0)
@@ -185,15 +188,19 @@ def simplify_hull(
 ) -> np.ndarray:
     """Deterministically reduce the convex hull of `points` to at most `max_vertices` vertices.
 
-    Seeds with the hull's axis-extreme vertices (so the AABB is preserved exactly) and the hull
-    vertices flagged in `keep` (a boolean mask over `points`, e.g. the support facet), then adds the
-    hull vertex farthest from those already chosen until `max_vertices` (near-ties -> lowest index).
+    `points` are integer grid coordinates (`numerics.quantize`), so every distance below is exact and a
+    tie is a true tie, broken by the lower index: the vertices kept never depend on rounding. Seeds with
+    the hull's axis-extreme vertices (so the AABB is preserved exactly) and the hull vertices flagged in
+    `keep` (a boolean mask over `points`, e.g. the support facet), then adds the hull vertex farthest from
+    those already chosen until `max_vertices`.
     """
     from scipy.spatial import ConvexHull
 
-    points = np.asarray(points, dtype=np.float64)
-    order = np.sort(ConvexHull(points).vertices)
-    hv = points[order]
+    points = np.asarray(points)
+    if not np.issubdtype(points.dtype, np.integer):
+        raise TypeError(f"simplify_hull: integer grid coordinates expected, got {points.dtype}")
+    order = np.sort(ConvexHull(points.astype(np.float64)).vertices)
+    hv = points[order].astype(np.int64)
     if len(hv) <= max_vertices:
         return hv
     chosen: list[int] = []
@@ -207,12 +214,11 @@ def simplify_hull(
                 chosen.append(int(idx))
     d = np.min(((hv[:, None, :] - hv[chosen][None, :, :]) ** 2).sum(axis=2), axis=1)
     while len(chosen) < max_vertices:
-        idx = int(np.argmax(np.round(d, 12)))  # farthest; near-ties -> lowest index
-        if d[idx] <= 0.0:
+        idx = int(np.argmax(d))  # farthest; ties -> lowest index
+        if d[idx] <= 0:
             break
         chosen.append(idx)
-        diff = hv - hv[idx]
-        np.minimum(d, np.einsum("ij,ij->i", diff, diff), out=d)
+        np.minimum(d, ((hv - hv[idx]) ** 2).sum(axis=1), out=d)
     return hv[chosen]
 
 
@@ -240,10 +246,11 @@ def _facet_edges(verts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
         idx = np.unique(hull.simplices[gid == g])
         n = normals[g]
         u = np.cross(n, [1.0, 0.0, 0.0] if abs(n[0]) < 0.9 else [0.0, 1.0, 0.0])
-        u /= np.linalg.norm(u)
+        u /= numerics.norm(u)
         w = np.cross(n, u)
         rel = verts[idx] - verts[idx].mean(axis=0)
-        idx = idx[np.argsort(np.arctan2(rel @ w, rel @ u))]
+        planar = numerics.matmul(rel, np.stack([w, u], axis=1))  # in-plane coordinates (along w, along u)
+        idx = idx[np.argsort(numerics.atan2(planar[:, 0], planar[:, 1]), kind="stable")]
         fid.append(np.full(len(idx), g))
         a_idx.append(idx)
         b_idx.append(np.roll(idx, -1))
@@ -260,7 +267,7 @@ def _rots_to_down(normals: np.ndarray) -> np.ndarray:
     k = np.zeros((F, 3, 3))
     k[:, 0, 2], k[:, 1, 2], k[:, 2, 0], k[:, 2, 1] = vy, -vx, -vy, vx
     denom = np.where(c < -1.0 + 1e-9, 1.0, 1.0 + c)
-    R = np.eye(3)[None] + k + (k @ k) / denom[:, None, None]
+    R = np.eye(3)[None] + k + numerics.matmul(k, k) / denom[:, None, None]
     R[c < -1.0 + 1e-9] = np.diag([1.0, -1.0, -1.0])  # normal +z: 180 degrees about x
     return R
 
@@ -270,7 +277,7 @@ MIN_TIPPING_ANGLE = math.radians(10.0)
 
 def _footprint_boxes(x: np.ndarray, y: np.ndarray, th: np.ndarray):
     """Footprint AABBs of points (F, N) rotated by -th (F, K): (x lo, x hi, y lo, y hi), each (F, K)."""
-    c, s = np.cos(th)[:, :, None], np.sin(th)[:, :, None]
+    c, s = numerics.cos(th)[:, :, None], numerics.sin(th)[:, :, None]
     rx, ry = x[:, None, :] * c + y[:, None, :] * s, y[:, None, :] * c - x[:, None, :] * s
     return rx.min(axis=2), rx.max(axis=2), ry.min(axis=2), ry.max(axis=2)
 
@@ -296,13 +303,13 @@ def _align_yaw(rv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     k = np.argmax(area <= area.min(axis=1, keepdims=True) * (1 + 1e-6), axis=1)
     th = fine[F, k]
     cx, cy = (xh[F, k] + xl[F, k]) / 2, (yh[F, k] + yl[F, k]) / 2
-    ct, st = np.cos(th), np.sin(th)
+    ct, st = numerics.cos(th), numerics.sin(th)
     centre = np.stack([cx * ct - cy * st, cx * st + cy * ct], axis=1)
     Rz = np.zeros((len(rv), 3, 3))
     Rz[:, 0, 0], Rz[:, 0, 1], Rz[:, 1, 0], Rz[:, 1, 1], Rz[:, 2, 2] = ct, st, -st, ct, 1.0
     swap = (xh[F, k] - xl[F, k]) < (yh[F, k] - yl[F, k]) - 1e-9
     quarter = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
-    Rz[swap] = quarter @ Rz[swap]
+    Rz[swap] = numerics.matmul(quarter, Rz[swap])
     return Rz, centre
 
 
@@ -318,12 +325,12 @@ def resting_rotation(verts: np.ndarray, base: np.ndarray | None = None) -> np.nd
     """
     if base is not None:
         R = np.asarray(base, dtype=np.float64)[None]
-        Rz, _ = _align_yaw(np.einsum("fij,nj->fni", R, verts))
-        return Rz[0] @ R[0]
+        Rz, _ = _align_yaw(numerics.transform(R, verts))
+        return numerics.matmul(Rz[0], R[0])
     normals, fid, a_idx, b_idx = _facet_edges(verts)
     F = len(normals)
     R = _rots_to_down(normals)
-    z = np.einsum("fj,nj->fn", R[:, 2, :], verts)
+    z = numerics.transform(R, verts)[..., 2]
     height = np.round((z.max(axis=1) - z.min(axis=1)) / 2, 7)
     order = np.lexsort((np.arange(F), height))
     n_edges = np.bincount(fid, minlength=F)
@@ -331,7 +338,7 @@ def resting_rotation(verts: np.ndarray, base: np.ndarray | None = None) -> np.nd
     fallback = None
     for lo in range(0, F, 8):  # lowest facets first, in chunks: most hulls stop in the first one
         chunk = order[lo : lo + 8]
-        rv = np.einsum("fij,nj->fni", R[chunk], verts)
+        rv = numerics.transform(R[chunk], verts)
         Rz, centre = _align_yaw(rv)
         edges = np.concatenate([np.arange(starts[f], starts[f] + n_edges[f]) for f in chunk])
         local = np.repeat(np.arange(len(chunk)), n_edges[chunk])
@@ -340,39 +347,57 @@ def resting_rotation(verts: np.ndarray, base: np.ndarray | None = None) -> np.nd
         np.add.at(mid, local, a)
         mid = (mid / n_edges[chunk][:, None])[local]
         e = b - a
-        length = np.maximum(np.hypot(e[:, 0], e[:, 1]), 1e-12)
+        length = np.maximum(numerics.hypot(e[:, 0], e[:, 1]), 1e-12)
         cross_c = e[:, 0] * (centre[local, 1] - a[:, 1]) - e[:, 1] * (centre[local, 0] - a[:, 0])
         cross_m = e[:, 0] * (mid[:, 1] - a[:, 1]) - e[:, 1] * (mid[:, 0] - a[:, 0])
         first = np.concatenate([[0], np.cumsum(n_edges[chunk])[:-1]])
         margin = np.minimum.reduceat(cross_c * np.sign(cross_m) / length, first)
-        tipping = np.arctan2(margin, np.maximum(height[chunk], 1e-9))
+        tipping = numerics.atan2(margin, np.maximum(height[chunk], 1e-9))
         good = np.nonzero(tipping >= MIN_TIPPING_ANGLE)[0]
         if len(good):
-            return Rz[good[0]] @ R[chunk[good[0]]]
+            return numerics.matmul(Rz[good[0]], R[chunk[good[0]]])
         if fallback is None or fallback[0] > 0:
             stable = np.nonzero(tipping >= 0.0)[0]
             if len(stable):
-                fallback = (0, Rz[stable[0]] @ R[chunk[stable[0]]])
+                fallback = (0, numerics.matmul(Rz[stable[0]], R[chunk[stable[0]]]))
             elif fallback is None:
-                fallback = (1, Rz[0] @ R[chunk[0]])
+                fallback = (1, numerics.matmul(Rz[0], R[chunk[0]]))
     return fallback[1]
 
 
 def _quat_from_matrix(R: np.ndarray) -> tuple[float, float, float, float]:
-    from scipy.spatial.transform import Rotation
-
-    q = Rotation.from_matrix(R).as_quat()  # x, y, z, w
-    if q[3] < 0 or (q[3] == 0 and q[np.nonzero(q)[0][0]] < 0):
-        q = -q
-    q = np.round(q, 6)
-    q = q / np.linalg.norm(q)
-    return tuple(_r(x, 8) for x in q)
+    """Unit quaternion (x, y, z, w), w >= 0, of a rotation matrix, rounded for storage (Shepperd's method
+    in scalar arithmetic)."""
+    m = [[float(R[i][j]) for j in range(3)] for i in range(3)]
+    diag = (m[0][0] + m[1][1] + m[2][2], m[0][0], m[1][1], m[2][2])
+    k = max(range(4), key=lambda i: diag[i])  # first of ties
+    if k == 0:
+        w = math.sqrt(max(0.0, 1.0 + diag[0])) / 2.0
+        q = [(m[2][1] - m[1][2]) / (4 * w), (m[0][2] - m[2][0]) / (4 * w), (m[1][0] - m[0][1]) / (4 * w), w]
+    else:
+        i = k - 1
+        j, h = (i + 1) % 3, (i + 2) % 3
+        r = math.sqrt(max(0.0, 1.0 + m[i][i] - m[j][j] - m[h][h]))
+        q = [0.0, 0.0, 0.0, (m[h][j] - m[j][h]) / (2 * r)]
+        q[i], q[j], q[h] = r / 2.0, (m[j][i] + m[i][j]) / (2 * r), (m[h][i] + m[i][h]) / (2 * r)
+    if q[3] < 0 or (q[3] == 0 and next(x for x in q if x != 0) < 0):
+        q = [-x for x in q]
+    q = [round(x, 6) for x in q]
+    n = numerics.norm(q)
+    return tuple(_r(x / n, 8) for x in q)
 
 
 def _matrix_from_quat(q: Sequence[float]) -> np.ndarray:
-    from scipy.spatial.transform import Rotation
-
-    return Rotation.from_quat(np.asarray(q, dtype=np.float64)).as_matrix()
+    """Rotation matrix of a quaternion (x, y, z, w), normalised first."""
+    n = numerics.norm(q)
+    x, y, z, w = (float(c) / n for c in q)
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
+        ]
+    )
 
 
 _HULL_MEMO: dict[tuple, RigidAsset | str] = {}  # see _mesh_asset
@@ -423,9 +448,9 @@ def _hull_asset(asset_id, source, category, pts, visual_mesh, vscale, base=None)
     pts = np.round(np.asarray(pts, dtype=np.float64), 7)  # quantise: ties resolve the same way
     hv = pts[np.sort(ConvexHull(pts).vertices)]
     quat = _quat_from_matrix(resting_rotation(hv - hv.mean(axis=0), base))
-    rot = hv @ _matrix_from_quat(quat).T
-    support = rot[:, 2] <= rot[:, 2].min() + 1e-6
-    red = simplify_hull(rot, keep=support)
+    grid = numerics.quantize(numerics.transform(_matrix_from_quat(quat), hv), HULL_GRID)
+    support = grid[:, 2] <= grid[:, 2].min() + 10  # within 1 um of the lowest vertex
+    red = simplify_hull(grid, keep=support) * HULL_GRID
     lo, hi = red.min(axis=0), red.max(axis=0)
     centre = (lo + hi) / 2.0
     verts = np.round(red - centre, 5)

@@ -37,6 +37,7 @@ Example::
 from __future__ import annotations
 
 import collections
+import contextlib
 import faulthandler
 import gc
 import multiprocessing
@@ -182,6 +183,21 @@ class InlineExecutor(_ExecutorBase):
 
 # --------------------------------------------------------------------------- local pool
 #
+@contextlib.contextmanager
+def _environ(extra: dict[str, str]):
+    """`os.environ` with `extra` set, restored afterwards."""
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 # Start method: "spawn".  `fork` is ruled out: pybullet clients, OpenGL contexts, torch
 # (OpenMP/CUDA thread pools) and any locks held by other threads would be duplicated
 # into the child in an inconsistent state.  Between the two safe methods we pick spawn
@@ -285,6 +301,7 @@ class LocalExecutor(_ExecutorBase):
         initializer: Callable[..., Any] | None = None,
         initargs: tuple = (),
         init_timeout_s: float | None = None,
+        env: dict[str, str] | None = None,
     ):
         self.workers = _default_workers() if workers is None else int(workers)
         if self.workers < 1:
@@ -299,6 +316,7 @@ class LocalExecutor(_ExecutorBase):
         self._initializer = initializer
         self._initargs = tuple(initargs)
         self._ctx = multiprocessing.get_context(_MP_START_METHOD)
+        self._env = dict(env or {})
         self._pool: list[_Worker] = []
         self._fn_gen = 0
         self._closed = False
@@ -313,7 +331,8 @@ class LocalExecutor(_ExecutorBase):
             name="coda-executor-worker",
             daemon=True,  # never outlive the parent
         )
-        proc.start()
+        with _environ(self._env):  # a spawned interpreter reads it at start (e.g. GLIBC_TUNABLES)
+            proc.start()
         child_conn.close()  # so that the parent sees EOF if the child dies
         return _Worker(proc, parent_conn, time.monotonic() + self.init_timeout_s)
 
@@ -588,6 +607,7 @@ class RayExecutor(_ExecutorBase):
         initializer: Callable[..., Any] | None = None,
         initargs: tuple = (),
         init_timeout_s: float | None = None,
+        env: dict[str, str] | None = None,
     ):
         ray = _import_ray()
         if retries < 0:
@@ -614,7 +634,10 @@ class RayExecutor(_ExecutorBase):
         if workers is None:
             workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.workers = int(workers)
-        self._actor_cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(_RayWorker)
+        options: dict[str, Any] = dict(num_cpus=1, max_restarts=0, max_task_retries=0)
+        if env:
+            options["runtime_env"] = {"env_vars": dict(env)}
+        self._actor_cls = ray.remote(**options)(_RayWorker)
         self._actors: list[Any] = []
         self._actor_ready: list[bool] = []  # initializer known to have finished
         self._closed = False
@@ -817,6 +840,7 @@ def make_executor(
     ray_address: str | None = None,
     initializer: Callable[..., Any] | None = None,
     initargs: tuple = (),
+    env: dict[str, str] | None = None,
 ) -> Executor:
     """Build an executor.
 
@@ -827,11 +851,13 @@ def make_executor(
     retries: extra attempts for a job whose worker crashed or timed out.  Python
         exceptions raised by ``fn`` are never retried.
     initializer, initargs: ``initializer(*initargs)`` runs once per worker process.
+    env: environment variables set in each worker process before it starts (``"inline"`` runs in this
+        process and ignores them).
     """
     backend = backend.lower()
     if backend == "local":
         return LocalExecutor(
-            workers, timeout_s=timeout_s, retries=retries, initializer=initializer, initargs=initargs
+            workers, timeout_s=timeout_s, retries=retries, initializer=initializer, initargs=initargs, env=env
         )
     if backend == "inline":
         return InlineExecutor(initializer=initializer, initargs=initargs)
@@ -843,5 +869,6 @@ def make_executor(
             ray_address=ray_address,
             initializer=initializer,
             initargs=initargs,
+            env=env,
         )
     raise ValueError(f"unknown executor backend {backend!r} (expected 'local', 'ray' or 'inline')")

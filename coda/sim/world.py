@@ -19,6 +19,7 @@ import numpy as np
 import pybullet as p
 import pybullet_data
 
+from coda.sim import numerics
 from coda.sim.scene import SceneSpec
 
 ARM_JOINTS = list(range(7))
@@ -269,7 +270,7 @@ class World:
         )
         target = np.clip(self.target_pos + a[:3], WORKSPACE_LO, WORKSPACE_HI)
         lead = target - ee
-        dist = np.linalg.norm(lead)
+        dist = numerics.norm(lead)
         if dist > MAX_LEAD:
             target = ee + lead * (MAX_LEAD / dist)
         self.target_pos = target

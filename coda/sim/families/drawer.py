@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pybullet as p
 
+from coda.sim import numerics
 from coda.sim.families.base import (
     Family,
     Phase,
@@ -47,7 +48,7 @@ def _pull_dir(ctx: SceneContext) -> np.ndarray:
 
 
 def _near_handle(st: State, ctx: SceneContext) -> bool:
-    return float(np.linalg.norm(st["ee_pos"] - st["handle_pos"][_part(ctx)])) < 0.03
+    return numerics.norm(st["ee_pos"] - st["handle_pos"][_part(ctx)]) < 0.03
 
 
 def _grasp(st: State, ctx: SceneContext) -> bool:
@@ -210,7 +211,7 @@ class DrawerPlanner(WaypointPlanner):
         lo, hi = ctx.joint_limits[k]
         travel = hi - lo
         # fingers close across the vertical bar, parallel to the drawer front (half-turn symmetric gripper)
-        yaw = _wrap_half(float(np.arctan2(d[1], d[0])))
+        yaw = _wrap_half(math.atan2(d[1], d[0]))
         if ctx.variant == "open":
             if 2 < self.index < 4 and not _grasp(st, ctx):
                 self.index, self.held, self.steps_on = 0, 0, 0

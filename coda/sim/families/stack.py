@@ -7,6 +7,7 @@ from functools import partial
 
 import numpy as np
 
+from coda.sim import numerics
 from coda.sim.families.base import (
     Family,
     Phase,
@@ -45,7 +46,7 @@ def _stacked(st: State, ctx: SceneContext) -> bool:
     t, b = ctx.bindings["top"], ctx.bindings["base"]
     on = abs(pt[2] - (pb[2] + hb[2] + ht[2])) < 0.012 and math.hypot(*(pt[:2] - pb[:2])) < _xy_tol(ctx, hb)
     base_upright = abs(pb[2] - ctx.init_pos[b][2]) < 0.01
-    still = np.linalg.norm(st["obj_vel"][t]) < 0.05
+    still = numerics.norm(st["obj_vel"][t]) < 0.05
     return on and base_upright and still and not st["robot_contact"][t]
 
 
