@@ -110,20 +110,6 @@ def suite_scenes(data_dir: Path, family: str, suite: str, limit: int | None = No
     return read_scenes(Path(data_dir) / "suites" / family / f"{suite}.jsonl", limit)
 
 
-# glibc picks FMA variants of sin, cos, atan2, exp ... on CPUs that have FMA, and those round differently
-# from the plain ones. The build's worker processes start with the plain variants on every CPU, so PyBullet's
-# physics and our geometry see the same libm everywhere (see coda/sim/numerics.py for NumPy's kernels).
-PINNED_LIBM = "glibc.cpu.hwcaps=-AVX2,-FMA,-FMA4"
-
-
-def worker_env() -> dict[str, str]:
-    """Environment of the build's worker processes: this one's GLIBC_TUNABLES plus `PINNED_LIBM`."""
-    tunables = os.environ.get("GLIBC_TUNABLES", "")
-    if PINNED_LIBM in tunables.split(":"):
-        return {"GLIBC_TUNABLES": tunables}
-    return {"GLIBC_TUNABLES": f"{tunables}:{PINNED_LIBM}" if tunables else PINNED_LIBM}
-
-
 def scene_jobs(
     seed: int, n_seed_layouts: int, suite_size: int, families: tuple[str, ...] = FAMILIES
 ) -> list[SceneJob]:
@@ -169,8 +155,8 @@ def build(
         rows = _rows_from(Path(source), jobs)
         shutil.copytree(Path(source) / "assets", tmp / "assets")
     else:
-        ex = make_executor(backend, 1, timeout_s=600.0, retries=0, env=worker_env())
-        try:  # the catalog too is computed in a process that starts with the pinned libm
+        ex = make_executor(backend, 1, timeout_s=600.0, retries=0)
+        try:  # the catalog too is computed in a worker, which starts with the pinned libm
             res = ex.map(_build_assets_job, [(str(tmp), seed)], desc="building assets")[0]
         finally:
             ex.close()
@@ -183,7 +169,6 @@ def build(
             retries=1,
             initializer=_init_worker,
             initargs=(str(tmp),),
-            env=worker_env(),
         )
         try:
             results = ex.map(build_scene, jobs, desc="building scenes")

@@ -77,3 +77,12 @@ def init_fail():
 
 def getpid(_x):
     return os.getpid()
+
+
+def libm_probe(_):
+    """The worker's GLIBC_TUNABLES and a libm result that glibc's FMA and plain variants round differently."""
+    import hashlib
+    import math
+
+    values = repr([math.sin(i * 0.37) for i in range(200000)]).encode()
+    return os.environ.get("GLIBC_TUNABLES"), hashlib.md5(values).hexdigest()

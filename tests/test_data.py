@@ -200,11 +200,13 @@ def test_build_is_byte_identical_with_reduced_numpy_and_openblas_kernels(small_d
     assert _differing_files(small_data, out) == []
 
 
-def test_worker_env_pins_libm_and_keeps_other_tunables(monkeypatch):
+def test_pinned_libm_keeps_other_tunables(monkeypatch):
+    from coda.sim.numerics import PINNED_LIBM, pinned_libm_env
+
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.check=0")
-    assert data.worker_env() == {"GLIBC_TUNABLES": f"glibc.malloc.check=0:{data.PINNED_LIBM}"}
+    assert pinned_libm_env() == {"GLIBC_TUNABLES": f"glibc.malloc.check=0:{PINNED_LIBM}"}
     monkeypatch.delenv("GLIBC_TUNABLES")
-    assert data.worker_env() == {"GLIBC_TUNABLES": data.PINNED_LIBM}
+    assert pinned_libm_env() == {"GLIBC_TUNABLES": PINNED_LIBM}
 
 
 def test_profile_scenes_from_a_larger_build_are_the_bytes_of_a_direct_build(small_data, tmp_path):

@@ -255,3 +255,28 @@ def test_ray_missing_gives_clear_error(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", fake_import)
     with pytest.raises(ImportError, match="pip install ray"):
         make_executor("ray")
+
+
+def test_workers_start_with_the_pinned_libm():
+    """Every local worker runs glibc's plain libm, whatever this process's CPU variant (physics and geometry
+    are then the same bits on any x86-64 machine)."""
+    import subprocess
+    import sys
+
+    from coda.sim.numerics import PINNED_LIBM
+
+    with make_executor("local", 1, env={"CODA_TEST": "1"}) as ex:
+        (res,) = ex.map(J.libm_probe, [0])
+    tunables, value = res.value
+    assert PINNED_LIBM in tunables.split(":")
+    code = (
+        "import hashlib, math; "
+        "print(hashlib.md5(repr([math.sin(i * 0.37) for i in range(200000)]).encode()).hexdigest())"
+    )
+    plain = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "GLIBC_TUNABLES": PINNED_LIBM},
+        capture_output=True,
+        text=True,
+    )
+    assert value == plain.stdout.strip()

@@ -52,6 +52,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from coda.sim import numerics
+
 __all__ = [
     "Executor",
     "InlineExecutor",
@@ -316,7 +318,7 @@ class LocalExecutor(_ExecutorBase):
         self._initializer = initializer
         self._initargs = tuple(initargs)
         self._ctx = multiprocessing.get_context(_MP_START_METHOD)
-        self._env = dict(env or {})
+        self._env = {**numerics.pinned_libm_env(), **(env or {})}
         self._pool: list[_Worker] = []
         self._fn_gen = 0
         self._closed = False
@@ -635,8 +637,7 @@ class RayExecutor(_ExecutorBase):
             workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.workers = int(workers)
         options: dict[str, Any] = dict(num_cpus=1, max_restarts=0, max_task_retries=0)
-        if env:
-            options["runtime_env"] = {"env_vars": dict(env)}
+        options["runtime_env"] = {"env_vars": {**numerics.pinned_libm_env(), **(env or {})}}
         self._actor_cls = ray.remote(**options)(_RayWorker)
         self._actors: list[Any] = []
         self._actor_ready: list[bool] = []  # initializer known to have finished
@@ -851,8 +852,9 @@ def make_executor(
     retries: extra attempts for a job whose worker crashed or timed out.  Python
         exceptions raised by ``fn`` are never retried.
     initializer, initargs: ``initializer(*initargs)`` runs once per worker process.
-    env: environment variables set in each worker process before it starts (``"inline"`` runs in this
-        process and ignores them).
+    env: environment variables set in each worker process before it starts, on top of the pinned libm
+        (``coda.sim.numerics.pinned_libm_env``) that every worker starts with; ``"inline"`` runs in this
+        process and ignores both.
     """
     backend = backend.lower()
     if backend == "local":

@@ -9,16 +9,31 @@ physics (controller targets, planners) use only those, and the helpers below, so
 byte-identical whatever the CPU's vector extensions (`tests/test_data.py` builds it with NumPy's and
 OpenBLAS's default and reduced kernels and compares the bytes).
 
-Scalar transcendentals go through CPython's `math`, i.e. the C library's; glibc gives the same results on
-every CPU that has FMA (every x86-64-v3 machine), and so does PyBullet, which calls the same functions.
+Scalar transcendentals go through CPython's `math`, i.e. the C library's, and PyBullet calls the same
+functions. glibc picks FMA variants of `sin`, `cos`, `atan2`, `exp` ... on CPUs that have FMA, and those round
+differently from the plain ones, so every simulation worker process (`coda.sim.executor`) starts with the
+plain variants on every CPU (`pinned_libm_env`): physics is then the same bits on any x86-64 machine.
+Simulation run in the calling process itself (the `inline` executor, tests, notebooks) uses whichever
+variant its CPU has.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 
 import numpy as np
+
+PINNED_LIBM = "glibc.cpu.hwcaps=-AVX2,-FMA,-FMA4"  # glibc's FMA libm needs both AVX2 and FMA
+
+
+def pinned_libm_env() -> dict[str, str]:
+    """GLIBC_TUNABLES for a new process: this one's tunables plus `PINNED_LIBM` (read by ld.so at start)."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    if PINNED_LIBM in tunables.split(":"):
+        return {"GLIBC_TUNABLES": tunables}
+    return {"GLIBC_TUNABLES": f"{tunables}:{PINNED_LIBM}" if tunables else PINNED_LIBM}
 
 
 def norm(v: Iterable[float]) -> float:
