@@ -309,12 +309,25 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--profile", default=argparse.SUPPRESS, help="override base.profile")
     ap = argparse.ArgumentParser(prog="coda", description=__doc__, parents=[common])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    _add = sub.add_parser
 
-    def add_parser(name, **kw):
-        return _add(name, parents=[common], **kw)
+    def inherit(
+        add,
+    ):  # every (sub)subcommand takes --params/--profile too: `coda data scenes --profile smoke`
+        def add_parser(name, **kw):
+            parser = add(name, parents=[common], **kw)
+            make_subparsers = parser.add_subparsers
 
-    sub.add_parser = add_parser
+            def add_subparsers(**kw2):
+                action = make_subparsers(**kw2)
+                action.add_parser = inherit(action.add_parser)
+                return action
+
+            parser.add_subparsers = add_subparsers
+            return parser
+
+        return add_parser
+
+    sub.add_parser = inherit(sub.add_parser)
 
     d = sub.add_parser("data", help="build, check or describe data/")
     dsub = d.add_subparsers(dest="data_cmd", required=True)

@@ -81,3 +81,10 @@ def test_missing_data_is_explained(tmp_path):
 def test_ranges_document():
     r = _run("data", "ranges")
     assert r.returncode == 0 and "## pick_place" in r.stdout and "Held-out categories" in r.stdout
+
+
+def test_profile_is_accepted_after_nested_subcommands():
+    r = _run("data", "ranges", "--profile", "smoke")
+    assert r.returncode == 0 and "pick_place" in r.stdout
+    r = _run("data", "ranges", "--profile", "nosuch")
+    assert r.returncode == 2 and "nosuch" in r.stderr

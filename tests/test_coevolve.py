@@ -126,6 +126,8 @@ def test_coda_run_writes_rounds_snapshots_and_lineage(coda_run):
     info = inspect(coda_run)
     assert info["round"] == 2 and info["scenes"] > 0 and info["diagnoses"] > 0
     assert info["scenes_without_lineage"] == 0
+    # round 2 ran the control experiments of round 1's modes, and they decided (issue #14)
+    assert info["validated_modes"] + info["rejected_modes"] >= 1 and info["rejected_diagnoses"] >= 1
     mem = load_snapshot(coda_run / "memory" / "round-0002")
     programs = mem.programs()
     targeted = [s for s in mem.rows("scenes") if s["split"] == "targeted"]
@@ -135,6 +137,46 @@ def test_coda_run_writes_rounds_snapshots_and_lineage(coda_run):
         assert (s["program_id"], s["base_hash"]) in controls
     run = json.loads((coda_run / "run.json").read_text())
     assert run["method"] == "coda" and "git_sha" in run
+
+
+def test_smoke_profile_runs_control_experiments_that_can_decide():
+    """Issue #14: modes are diagnosed in round 1 and first tested in round 2, and the smoke policy succeeds on
+    few base scenes (the controls), so the smoke profile needs two rounds and a control experiment that a
+    single pair with a succeeding control and a failing variant validates."""
+    import numpy as np
+
+    from coda.config import load_params
+    from coda.engine import generate as gen
+
+    c = load_params(ROOT / "params.yaml", profile="smoke").coevolve
+    assert c.ablation_rounds <= c.rounds < c.long_rounds and c.rounds >= 2
+    program = {"perturbs": "mass", "id": "gp-x"}
+    mode = gen.ModeView("push/reach/mass/0", "push", "candidate", 0.5, 0.0, program, "mass", 3)
+    reqs = gen.memory_requests(
+        "push",
+        c.envs_per_family,
+        [mode],
+        ["{}"],
+        ["{}"],
+        seed=0,
+        round_=2,
+        novel_share=c.novel_share,
+        replay_share=c.replay_share,
+        band=c.success_band,
+        rng=np.random.default_rng(0),
+        min_pairs=c.min_pairs,
+    )
+    n = sum(q.split == "targeted" for q in reqs)
+    assert n >= max(c.min_pairs, 2)
+
+    def decide(targeted, control):
+        test = gen.validate_mode(
+            targeted, control, margin=c.validate_margin, min_pairs=c.min_pairs, alpha=c.validate_alpha
+        )
+        return test["decision"]
+
+    assert decide([False] * n, [True] + [False] * (n - 1)) == "validated"
+    assert decide([False] * n, [False] * n) == "rejected"
 
 
 def test_memory_inspect_cli(coda_run):

@@ -56,6 +56,38 @@ def test_memory_requests_pair_every_targeted_variant_with_its_control():
     assert all(q.truth_factor == "mass" for q in targeted)
 
 
+def test_a_family_round_draws_distinct_bases_for_its_pairs():
+    # a control is the base itself under the round's deterministic actor: a repeated base adds no control
+    p = np.array([0.7, 0.1, 0.1, 0.1])
+    for seed in range(20):
+        picks = gen.draw_bases(np.random.default_rng(seed), 4, 6, p)
+        assert sorted(picks[:4]) == [0, 1, 2, 3] and len(set(picks[4:])) == 2  # one cycle, then the next
+    # without repeats it draws exactly what independent draws do (same random stream)
+    rng, ref = np.random.default_rng(3), np.random.default_rng(3)
+    assert gen.draw_bases(rng, 100, 3) == [int(ref.choice(100)) for _ in range(3)]
+    zero = gen.draw_bases(np.random.default_rng(0), 3, 3, np.array([0.5, 0.5, 0.0]))
+    assert sorted(zero[:2]) == [0, 1] and 2 not in zero  # a base of weight 0 is never drawn
+    modes = [_mode("candidate", 0.5, 0.0, "a"), _mode("candidate", 0.5, 0.0, "b")]
+    bases = [f'{{"base": {i}}}' for i in range(4)]
+    for seed in range(10):
+        reqs = gen.memory_requests(
+            "pick_place",
+            4,
+            modes,
+            bases,
+            [],
+            seed=0,
+            round_=2,
+            novel_share=0.0,
+            replay_share=0.0,
+            band=(0.2, 0.8),
+            rng=np.random.default_rng(seed),
+            min_pairs=2,
+        )
+        controls = [q.base for q in reqs if q.split == "control"]
+        assert sorted(controls) == sorted(bases)  # 4 pairs over 2 modes: every base once
+
+
 def test_validate_mode_rule_and_mcnemar():
     drop = gen.validate_mode([False, False, True, False], [True, True, True, True], margin=0.25, min_pairs=2)
     assert drop["decision"] == "validated" and drop["drop"] == 0.75

@@ -153,7 +153,8 @@ def memory_requests(
     """CoDA's allocation for one family: `n` slots of two environments each (see the module docstring).
 
     Base scenes are drawn with probability ∝ `base_weights` (the policy's estimated success on them, from
-    earlier controls): a control experiment can only show a drop where the policy succeeds on the control."""
+    earlier controls): a control experiment can only show a drop where the policy succeeds on the control.
+    The family's pairs of the round use distinct base scenes while unused ones remain (`draw_bases`)."""
     modes = [m for m in modes if m.family == family]
     n_novel, n_replay, n_modes = split_budget(n, novel_share, replay_share, len(modes))
     if not stored:
@@ -170,10 +171,11 @@ def memory_requests(
     if base_weights is not None:
         w = np.asarray(base_weights, dtype=np.float64)
         p = w / w.sum()
+    picks = iter(draw_bases(rng, len(bases), sum(counts), p))
     pair = 0
     for mode, count in zip(modes, counts):
         for _ in range(count):
-            base = bases[int(rng.choice(len(bases), p=p))]
+            base = bases[next(picks)]
             common = {
                 "mode_id": mode.mode_id,
                 "pair": pair,
@@ -185,6 +187,35 @@ def memory_requests(
             s = seed_for(seed, round_, family, "control", pair)
             out.append(EnvRequest(family, "control", s, base=base, **common))
             pair += 1
+    return out
+
+
+def draw_bases(rng: np.random.Generator, n_bases: int, count: int, p: np.ndarray | None = None) -> list[int]:
+    """`count` base-scene indices for a family's pairs of one round, drawn with probability ∝ `p` and
+    distinct while unused bases remain (then a new cycle starts).
+
+    A control is the base scene itself, rolled out by the round's deterministic actor, so a base drawn twice
+    in a round measures the same control twice: the second pair adds a targeted variant but no new control
+    observation, and the McNemar test of `validate_mode` would count one control outcome as several
+    independent pairs. Each draw is the one ``rng.choice(n_bases, p=p)`` makes, redrawn while it repeats a
+    base of the current cycle: a round without repeats draws exactly what independent draws would."""
+    support = n_bases if p is None else int(np.count_nonzero(np.asarray(p) > 0))
+    out: list[int] = []
+    used: set[int] = set()
+    for _ in range(count):
+        if len(used) >= support:
+            used = set()
+        i = int(rng.choice(n_bases, p=p))
+        for _ in range(64):  # rejection keeps the draw ∝ p among the unused bases
+            if i not in used:
+                break
+            i = int(rng.choice(n_bases, p=p))
+        else:  # unused bases of tiny weight only: draw among them directly
+            q = np.ones(n_bases) if p is None else np.asarray(p, dtype=np.float64).copy()
+            q[list(used)] = 0.0
+            i = int(rng.choice(n_bases, p=q / q.sum()))
+        used.add(i)
+        out.append(i)
     return out
 
 

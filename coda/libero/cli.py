@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -21,10 +20,7 @@ def add_libero_commands(sub) -> None:
     )
     run.add_argument("--sft", required=True)
     run.add_argument("--out", required=True)
-    for p in (sft, run):
-        # like the top-level options, accepted after the subcommand too (`coda libero sft --profile smoke`)
-        p.add_argument("--params", default=argparse.SUPPRESS, help="params file (default: params.yaml)")
-        p.add_argument("--profile", default=argparse.SUPPRESS, help="override base.profile")
+    for p in (sft, run):  # --params/--profile come from coda's parser (accepted after any subcommand)
         p.add_argument("--seed", type=int, default=None, help="run seed (default base.seed)")
         p.add_argument(
             "--metrics-out", default=None, help="also write the metrics here (for DVC, tracked by git)"

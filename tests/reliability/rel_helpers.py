@@ -88,6 +88,7 @@ def tiny_params(**coevolve) -> dict:
             "scheduling": "adaptive",
             "eval_id_per_family": 1,
             "eval_ood_per_suite": 1,
+            "curve_seeds": [0],  # every round evaluated: the determinism test compares per-round outcomes
             **coevolve,
         }
     )
