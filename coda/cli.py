@@ -213,6 +213,20 @@ def _dvc() -> str:
     return str(here) if here.is_file() else "dvc"
 
 
+def _recorded_md5(dvc_file: Path) -> str | None:
+    import yaml
+
+    return yaml.safe_load(dvc_file.read_text())["outs"][0]["md5"] if dvc_file.exists() else None
+
+
+def _record(dvc_file: Path, data_dir: Path) -> None:
+    """Record `data_dir` in `dvc_file`: the file listing first, then DVC's own write (outs, cache; meta kept)."""
+    from coda import data
+
+    data.record_release(dvc_file, data_dir)
+    subprocess.run([_dvc(), "commit", "-q", "-f", str(dvc_file)], capture_output=True, check=True)
+
+
 def _dvc_remotes() -> list[str]:
     res = subprocess.run([_dvc(), "remote", "list"], capture_output=True, text=True)
     return (
@@ -266,8 +280,7 @@ def data_ensure(data_dir: Path, dvc_file: Path, cfg, *, accept: bool = False) ->
             f"`coda data ensure --accept` (records it in {dvc_file}; results will not be bit-comparable with "
             "the published ones), and please report the lines above."
         )
-    data.record_release(dvc_file, data_dir)
-    subprocess.run([_dvc(), "commit", "-q", "-f", str(dvc_file)], capture_output=True, check=True)
+    _record(dvc_file, data_dir)
     print(f"warning: {head}\n  {report}", file=sys.stderr)
     return f"kept the rebuilt {data_dir} and recorded it in {dvc_file} ({got})"
 
@@ -282,10 +295,8 @@ def data_scenes(out: Path, data_dir: Path, dvc_file: Path, cfg) -> dict[str, Any
     sizes = dict(n_seed_layouts=d.n_seed_layouts, suite_size=d.suite_size, families=tuple(d.families))
     if d.use_release:
         print(data_ensure(data_dir, dvc_file, cfg), file=sys.stderr)
-    import yaml
-
-    want = yaml.safe_load(dvc_file.read_text())["outs"][0]["md5"] if dvc_file.exists() else None
-    source = data_dir if data_dir.exists() and data.dvc_dir_md5(data_dir) == want else None
+    want = _recorded_md5(dvc_file)
+    source = data_dir if want and data_dir.exists() and data.dvc_dir_md5(data_dir) == want else None
     return data.build(
         out, seed=cfg.seed, workers=cfg.sim.workers, backend=cfg.sim.backend, source=source, **sizes
     )
@@ -310,9 +321,8 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="coda", description=__doc__, parents=[common])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    def inherit(
-        add,
-    ):  # every (sub)subcommand takes --params/--profile too: `coda data scenes --profile smoke`
+    # every (sub)subcommand takes --params/--profile too: `coda data scenes --profile smoke`
+    def inherit(add):
         def add_parser(name, **kw):
             parser = add(name, parents=[common], **kw)
             make_subparsers = parser.add_subparsers
@@ -477,9 +487,8 @@ def run(argv: list[str] | None = None) -> int:
                 workers=args.workers or cfg.sim.workers,
                 backend=cfg.sim.backend,
             )
-            if args.record:  # the listing first, then DVC's own write (its outs, in its format, meta kept)
-                data.record_release(Path(args.record), Path(args.out))
-                subprocess.run([_dvc(), "commit", "-q", "-f", args.record], check=True)
+            if args.record:
+                _record(Path(args.record), Path(args.out))
             print(
                 json.dumps(
                     {"counts": m["counts"], "stats": m["stats"], "dvc_md5": data.dvc_dir_md5(Path(args.out))}

@@ -102,12 +102,19 @@ def read_scenes(path: Path, limit: int | None = None) -> list[SceneSpec]:
     return out
 
 
+def scene_file(data_dir: Path, family: str, split: str) -> Path:
+    """Where a built data folder keeps one family's seed layouts (`split="seed"`) or one held-out suite."""
+    if split == "seed":
+        return Path(data_dir) / "seeds" / f"{family}.jsonl"
+    return Path(data_dir) / "suites" / family / f"{split}.jsonl"
+
+
 def seed_scenes(data_dir: Path, family: str, limit: int | None = None) -> list[SceneSpec]:
-    return read_scenes(Path(data_dir) / "seeds" / f"{family}.jsonl", limit)
+    return read_scenes(scene_file(data_dir, family, "seed"), limit)
 
 
 def suite_scenes(data_dir: Path, family: str, suite: str, limit: int | None = None) -> list[SceneSpec]:
-    return read_scenes(Path(data_dir) / "suites" / family / f"{suite}.jsonl", limit)
+    return read_scenes(scene_file(data_dir, family, suite), limit)
 
 
 def scene_jobs(
@@ -212,13 +219,10 @@ def _write_scenes(tmp: Path, jobs: list[SceneJob], rows: list[dict]) -> dict[str
             by_file.setdefault((job.family, job.split), []).append(row)
     seed_hashes = {r["hash"] for (f, s), rs in by_file.items() if s == "seed" for r in rs}
     for (family, split), rs in sorted(by_file.items()):
-        if split == "seed":
-            _write_jsonl(tmp / "seeds" / f"{family}.jsonl", rs)
-        else:
-            overlap = [r["hash"] for r in rs if r["hash"] in seed_hashes]
-            if overlap:
-                raise RuntimeError(f"held-out {family}/{split} overlaps seed layouts: {overlap[:3]}")
-            _write_jsonl(tmp / "suites" / family / f"{split}.jsonl", rs)
+        overlap = [r["hash"] for r in rs if r["hash"] in seed_hashes] if split != "seed" else []
+        if overlap:
+            raise RuntimeError(f"held-out {family}/{split} overlaps seed layouts: {overlap[:3]}")
+        _write_jsonl(scene_file(tmp, family, split), rs)
     (tmp / "RANGES.md").write_text(render_markdown())
     return {
         "counts": {f"{f}/{s}": len(rs) for (f, s), rs in sorted(by_file.items())},
@@ -236,8 +240,7 @@ def _rows_from(source: Path, jobs: list[SceneJob]) -> list[dict]:
         raise ValueError(f"{source}: built with seed {m['seed']}, asked for {sorted(seed)}")
     found: dict[str, dict] = {}
     for family, split in want:
-        path = source / ("seeds" if split == "seed" else f"suites/{family}")
-        path = path / f"{family if split == 'seed' else split}.jsonl"
+        path = scene_file(source, family, split)
         if path.is_file():
             for line in path.read_text().splitlines():
                 row = json.loads(line)
@@ -261,11 +264,7 @@ def _file_hashes(root: Path) -> dict[str, str]:
 
 def dvc_dir_md5(root: Path) -> str:
     """The directory hash DVC records for `root` in a .dvc file (md5 of its sorted file listing)."""
-    entries = [
-        {"md5": hashlib.md5(p.read_bytes()).hexdigest(), "relpath": p.relative_to(root).as_posix()}
-        for p in sorted(Path(root).rglob("*"), key=lambda q: q.relative_to(root).as_posix())
-        if p.is_file()
-    ]
+    entries = [{"md5": row[0], "relpath": name} for name, row in file_listing(root).items()]
     return hashlib.md5(json.dumps(entries, sort_keys=True).encode()).hexdigest() + ".dir"
 
 
