@@ -45,6 +45,7 @@ import torch
 
 from coda.engine import generate as gen
 from coda.engine.jobs import generate_job, rollout_job
+from coda.evaluate import evaluation_items, evaluation_summary
 from coda.learn.train import chunk_dataset, demo_batch, write_json
 from coda.progress import progress
 
@@ -188,6 +189,7 @@ class Run:
         self.pairs: dict[str, list[list[int]]] = defaultdict(list)  # candidate mode -> [targeted, control]
         self.updates = 0
         self.critic_updates = 0
+        self.round_times: dict[str, float] = {}  # wall seconds per phase of the current round
         self.worker_cpu_s = 0.0  # simulator/rollout compute in the workers (this process's share: cpu_s)
         self.tokens = {"prompt": 0, "completion": 0, "invalid": 0}
         self.policy = None
@@ -224,6 +226,7 @@ class Run:
     def _load(self, r: int) -> None:
         from coda.engine.diagnose import TrainingReference
         from coda.learn.critic import ChunkCritic
+        from coda.learn.policies import ChunkPolicy
         from coda.learn.policies.lora import load_adapter
         from coda.learn.replay import ChunkReplay
         from coda.memory.store import load_snapshot
@@ -232,6 +235,8 @@ class Run:
         self._fresh()
         if (d / "adapter").exists():
             load_adapter(self.policy, d / "adapter")
+        elif (d / "policy").exists():  # finetune "full": the round's whole policy
+            self.policy = ChunkPolicy.from_pretrained(d / "policy")
         self.critic = ChunkCritic.from_pretrained(d / "critic")
         self.replay = ChunkReplay.load(d / "replay")
         self.memory = load_snapshot(self.out / "memory" / f"round-{r:04d}")
@@ -256,6 +261,7 @@ class Run:
     def _save(self, r: int, metrics: dict[str, Any]) -> None:
         from coda.memory.store import save_snapshot
 
+        t0 = time.perf_counter()
         save_snapshot(
             self.memory,
             self.out / "memory" / f"round-{r:04d}",
@@ -269,6 +275,8 @@ class Run:
         tmp.mkdir(parents=True)
         if self.policy.lora is not None:
             self.policy.save_adapter(tmp / "adapter")
+        elif self.updates:  # finetune "full": the whole policy
+            self.policy.save_pretrained(tmp / "policy")
         self.critic.save_pretrained(tmp / "critic")
         self.replay.save(tmp / "replay")
         np.savez(tmp / "demos.npz", **_pack_demos(self.demos))
@@ -285,6 +293,7 @@ class Run:
             "base_stats": self.base_stats,
             "metrics": metrics,
         }
+        metrics.setdefault("time_s", {})["snapshot"] = round(time.perf_counter() - t0, 2)
         (tmp / "state.json").write_text(json.dumps(state, sort_keys=True) + "\n")
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
@@ -548,6 +557,7 @@ class Run:
         t0, cpu0 = time.perf_counter(), time.process_time()
         self.round_worker0 = self.worker_cpu_s
         rng = np.random.default_rng([self.seed, r, 0])
+        clock = _Clock()
         # 1-2. allocate and generate
         requests = self.requests(r, rng)
         for slot, q in enumerate(requests):
@@ -577,6 +587,7 @@ class Run:
                 )
             envs.append((q, value))
         valid = [(q, v) for q, v in envs if v["scene"] is not None]
+        clock.lap("generate_certify")
         # 3. roll out the current policy (critic-guided)
         actor = self._publish(f"round-{r:04d}-rollouts")
         results = self._rollouts(
@@ -609,6 +620,7 @@ class Run:
                 stats[1] += 1
             if self.method.generation == "sr_guided" and q.split != "control":
                 self._sr_record(v["scene"], q.family, rec.success)
+        clock.lap("rollouts")
         # 4. diagnose failures, cluster into modes, compile candidate programs
         diagnoses = self.diagnose(r, rollouts)
         # validate modes by their control experiments
@@ -622,12 +634,16 @@ class Run:
         self._collect_demos(rollouts)
         for _, v, _ in rollouts:  # what the policy is now trained on (the diagnoser's reference)
             self.reference.add(SceneSpec.from_json(v["scene"]))
-        # 6. train: critic, then AWR (+ imitation) on the LoRA adapters
-        round_updates, in_band_track = self.train(r, rollouts)
+        clock.lap("diagnose_validate")
+        # 6. train: critic, then AWR (+ imitation) on the LoRA adapters or all weights
+        round_updates, in_band_track = self.train(r, rollouts, clock)
         # 7. measure progress of training programs and refine the stalled ones
         refined = self.refine(r, rollouts)
+        clock.lap("refine")
         actor = self._publish(f"round-{r:04d}-final")
-        evaluation = self.evaluate(actor) if self.evaluates(r) else self.no_evaluation()
+        evaluation = self.evaluate(actor, final=r == c.rounds) if self.evaluates(r) else self.no_evaluation()
+        clock.lap("evaluation")
+        self.round_times = clock.laps
         return self._metrics(
             r,
             envs,
@@ -884,7 +900,7 @@ class Run:
         ratio = np.mean([t["imitation_weight"] / max(t["critic_weight"], 1e-3) for t in tools])
         return float(self.c.imitation_weight * ratio)
 
-    def train(self, r: int, rollouts: list) -> tuple[int, list[dict]]:
+    def train(self, r: int, rollouts: list, clock: _Clock | None = None) -> tuple[int, list[dict]]:
         from coda.learn.awr import AWRConfig, PolicyUpdater, policy_candidates, train_critic
         from coda.learn.critic import CriticTD, TDConfig
         from coda.learn.text import get_encoder
@@ -907,21 +923,30 @@ class Run:
         )
         self.critic_updates += c.critic_steps
         self.critic.eval()
+        if clock is not None:
+            clock.lap("critic")
         updater = PolicyUpdater(
             self.policy,
             self.critic,
             AWRConfig(
+                finetune=c.finetune,
                 lora_rank=c.lora_rank,
                 lr=c.lr,
                 j=c.j,
                 beta=c.beta,
                 temperature=c.temperature,
                 imitation_weight=self._imitation_weight(),
+                awr_weight=c.awr_weight,
                 normalize=c.normalize_advantages,
                 seed=self.seed * 7919 + r,
             ),
         )
-        sources = [chunk_dataset(d) for d in (self.rehearsal, self.demos) if d]
+        sources = [
+            (chunk_dataset(d), share)
+            for d, share in ((self.rehearsal, c.rehearsal_share), (self.demos, 1 - c.rehearsal_share))
+            if d and share > 0
+        ]
+        total = sum(share for _, share in sources)
         enc = get_encoder()
         adaptive = c.scheduling == "adaptive" and self.method.store_generation
         track: list[dict] = []
@@ -934,8 +959,10 @@ class Run:
                 "instr": enc.encode(list(sample["instruction"])),
             }
             imitation = None
-            if sources:  # equal shares of rehearsal (seed scenes) and this run's demonstrations
-                parts = [demo_batch(ds, c.batch_size // len(sources), rng) for ds in sources]
+            if (
+                sources
+            ):  # rehearsal (seed scenes) and this run's demonstrations, `rehearsal_share` of the batch
+                parts = [demo_batch(ds, round(c.batch_size * share / total), rng) for ds, share in sources]
                 imitation = {
                     "obs": torch.cat([p["obs"] for p in parts]),
                     "instr": enc.encode([t for p in parts for t in p["instr"]]),
@@ -950,6 +977,8 @@ class Run:
                     break
         self.policy.eval()
         self.critic_loss = float(np.mean(losses[-10:])) if losses else None
+        if clock is not None:
+            clock.lap("policy_updates")
         return done, track
 
     def _collect_rehearsal(self) -> None:
@@ -1054,53 +1083,35 @@ class Run:
         return r == c.rounds or r % c.eval_every == 0 or self.seed in c.curve_seeds
 
     def no_evaluation(self) -> dict[str, Any]:
-        keys = ("id_success", "ood_success", "id_by_family", "ood_by_family", "ood_by_suite", "eval_outcomes")
+        keys = (
+            "id_success",
+            "ood_success",
+            "id_se",
+            "ood_se",
+            "id_by_family",
+            "ood_by_family",
+            "ood_by_suite",
+            "ood_by_family_suite",
+            "eval_outcomes",
+        )
         return {**dict.fromkeys(keys), "n_id": 0, "n_ood": 0}
 
-    def evaluate(self, actor: dict[str, str]) -> dict[str, Any]:
-        """ID success on held-back seed scenes and OOD success on the four held-out suites (fixed scenes)."""
-        from coda import data
-        from coda.sim.families.ranges import SUITES
-
+    def evaluate(self, actor: dict[str, str], final: bool = True) -> dict[str, Any]:
+        """ID success on held-back seed scenes and OOD success on the four held-out suites (fixed scenes):
+        the final evaluation on `eval_*` scenes per family (and suite), the other rounds' on the first
+        `curve_*` of the same scenes."""
         c = self.c
-        items = (
-            [
-                ("id", f, s)
-                for f in self.families
-                for s in self.seeds[f][len(self.seeds[f]) - c.eval_id_per_family :]
-            ]
-            if c.eval_id_per_family
-            else []
+        items = evaluation_items(
+            self.data_dir,
+            self.families,
+            c.eval_id_per_family if final else c.curve_id_per_family,
+            c.eval_ood_per_suite if final else c.curve_ood_per_suite,
+            held_back=c.eval_id_per_family,
         )
-        items += [
-            (suite, f, s)
-            for f in self.families
-            for suite in SUITES
-            for s in data.suite_scenes(self.data_dir, f, suite, c.eval_ood_per_suite)
-        ]
         res = self._rollouts(
             actor, [s.to_json() for _, _, s in items], record=False, desc="evaluation", seed=self.seed
         )
-        rows = [
-            {"split": split, "family": f, "success": bool(x.value["success"]) if x.ok else False}
-            for (split, f, _), x in zip(items, res)
-        ]
-        ident = [x for x in rows if x["split"] == "id"]
-        ood = [x for x in rows if x["split"] != "id"]
-
-        def rate(xs):
-            return round(float(np.mean([x["success"] for x in xs])), 4) if xs else None
-
-        return {
-            "id_success": rate(ident),
-            "ood_success": rate(ood),
-            "n_id": len(ident),
-            "n_ood": len(ood),
-            "id_by_family": {f: rate([x for x in ident if x["family"] == f]) for f in self.families},
-            "ood_by_family": {f: rate([x for x in ood if x["family"] == f]) for f in self.families},
-            "ood_by_suite": {s: rate([x for x in ood if x["split"] == s]) for s in SUITES},
-            "eval_outcomes": "".join("1" if x["success"] else "0" for x in rows),
-        }
+        return evaluation_summary(items, [bool(x.ok and x.value["success"]) for x in res])
 
     def _metrics(
         self,
@@ -1146,6 +1157,7 @@ class Run:
             "refined_programs": refined,
             "schedule_checks": track,
             "wall_s": round(wall_s, 1),
+            "time_s": dict(self.round_times),
             "cpu_s": round(cpu_s, 1),
             **self.ex.report(),
             "worker_cpu_s": round(self.worker_cpu_s - self.round_worker0, 1),
@@ -1201,6 +1213,19 @@ class Run:
             "n_validated_scored": int(len(kept)),
             **self._transfer_counts(),
         }
+
+
+class _Clock:
+    """Wall time per phase of a round (the `time_s` breakdown in rounds.json)."""
+
+    def __init__(self) -> None:
+        self.t = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(self.laps.get(name, 0.0) + now - self.t, 2)
+        self.t = now
 
 
 def _rollout_id(r: int, q, rec) -> str:

@@ -127,7 +127,7 @@ class DataConfig:
     """Scene data: seed layouts that start the environment memory and held-out evaluation suites."""
 
     n_seed_layouts: int = 500  # seed layouts used, in total over the families (data/ holds 500)
-    suite_size: int = 25  # held-out environments used per suite per family (data/ holds 100)
+    suite_size: int = 50  # held-out environments used per suite per family (data/ holds 100)
     families: tuple[str, ...] = FAMILIES  # task families to run, distinct entries of FAMILIES
     # `coda data scenes` (the pipeline's first stage): true takes the profile's scenes from the released data/
     # (pulling or rebuilding it first); false builds only the profile's slots when data/ is absent
@@ -215,7 +215,7 @@ class SFTConfig:
     batch_size: int = 256  # chunks per gradient step
     lr: float = 1e-3  # AdamW learning rate (cosine decay)
     eval_id_per_family: int = 25  # held-back seed scenes per family for in-distribution success
-    eval_ood_per_suite: int = 25  # held-out scenes per suite per family for OOD success
+    eval_ood_per_suite: int = 50  # held-out scenes per suite per family for OOD success
 
     def __post_init__(self) -> None:
         _check_choice("backbone", self.backbone, BACKBONES)
@@ -236,6 +236,7 @@ DIAGNOSERS = ("sim", "phase_only", "vlm")  # plus "noisy:<p>" (e.g. "noisy:0.2")
 COMPILERS = ("template", "hf", "openai")
 POTENTIALS = ("full", "sparse", "task_description", "no_refinement")
 SELECTIONS = ("softmax", "argmax")
+FINETUNES = ("full", "lora")
 
 
 @dataclass(frozen=True)
@@ -259,9 +260,14 @@ class CoevolveConfig:
     temperature: float = 0.5  # softmax(Q/τ) temperature of the decision rule (paper 0.5)
     selection: str = "softmax"  # softmax(Q/τ)-weighted chunks, or "argmax" (value-only, Table 4)
     gamma: float = 0.99  # discount per control step
+    finetune: str = (
+        "lora"  # policy updates on LoRA adapters of the frozen SFT weights, or "full" (all weights)
+    )
     lora_rank: int = 8  # rank of the LoRA adapters trained during co-evolution
-    lr: float = 1.0e-3  # AdamW learning rate of the adapters
+    lr: float = 1.0e-3  # AdamW learning rate of the updates
     beta: float = 1.0  # AWR temperature
+    awr_weight: float = 1.0  # factor of the AWR term (0: imitation of planner demonstrations only)
+    rehearsal_share: float = 0.5  # share of each imitation batch drawn from the seed-scene rehearsal demos
     normalize_advantages: bool = False  # divide advantages by their batch std before exp(A/β)
     imitation_weight: float = 1.0  # default weight of imitation on planner demonstrations
     scheduling: str = "fixed"  # "fixed" (every method the same updates) or "adaptive" (paper rule, Table 9)
@@ -276,8 +282,10 @@ class CoevolveConfig:
     llm_endpoint: str | None = None  # compiler "openai": base URL of an OpenAI-compatible server
     transfer: bool = False  # lift validated generation programs to the other families (Appendix A, Table 6)
     potential: str = "full"  # Text2potential variant (Table 4 rows)
-    eval_id_per_family: int = 10  # held-back seed scenes per family evaluated after every round
-    eval_ood_per_suite: int = 10  # held-out scenes per suite per family evaluated after every round
+    eval_id_per_family: int = 10  # held-back seed scenes per family of the final (reported) evaluation
+    eval_ood_per_suite: int = 10  # held-out scenes per suite per family of the final (reported) evaluation
+    curve_id_per_family: int = 4  # ... and of the other rounds' evaluations (the first of the same scenes)
+    curve_ood_per_suite: int = 4
     eval_every: int = 1  # evaluate after every n-th round and the last one ...
     curve_seeds: tuple[int, ...] = (0,)  # ... except runs of these seeds, evaluated every round (curves)
     long_rounds: int = 15  # rounds of the extended runs (Figure 3), which continue the 5-round runs
@@ -302,10 +310,25 @@ class CoevolveConfig:
             "policy_updates",
             "min_modes_in_band",
             "eval_id_per_family",
+            "curve_id_per_family",
         ):
             _check_int(key, getattr(self, key), minimum=0)
-        for key in ("eval_ood_per_suite", "plateau_updates", "lora_rank", "check_every"):
-            _check_int(key, getattr(self, key), minimum=1 if key != "eval_ood_per_suite" else 0)
+        for key in (
+            "eval_ood_per_suite",
+            "curve_ood_per_suite",
+            "plateau_updates",
+            "lora_rank",
+            "check_every",
+        ):
+            _check_int(key, getattr(self, key), minimum=0 if key.endswith("per_suite") else 1)
+        for small, big in (
+            ("curve_id_per_family", "eval_id_per_family"),
+            ("curve_ood_per_suite", "eval_ood_per_suite"),
+        ):
+            if getattr(self, small) > getattr(self, big):
+                raise ConfigError(
+                    small, f"expected at most {big} ({getattr(self, big)}), got {getattr(self, small)}"
+                )
         for key in ("temperature", "lr", "beta"):
             object.__setattr__(self, key, _check_float(key, getattr(self, key), above=0))
         for key in (
@@ -315,13 +338,14 @@ class CoevolveConfig:
             "validate_alpha",
             "gamma",
             "imitation_weight",
+            "awr_weight",
+            "rehearsal_share",
             "plateau_points",
         ):
             value = _check_float(key, getattr(self, key))
-            if not 0 <= value <= (1 if key != "imitation_weight" else 10):
-                raise ConfigError(
-                    key, f"expected a number in [0, {1 if key != 'imitation_weight' else 10}], got {value!r}"
-                )
+            top = 10 if key in ("imitation_weight", "awr_weight") else 1
+            if not 0 <= value <= top:
+                raise ConfigError(key, f"expected a number in [0, {top}], got {value!r}")
             object.__setattr__(self, key, value)
         if self.novel_share + self.replay_share > 1:
             raise ConfigError("replay_share", "novel_share + replay_share must be <= 1")
@@ -339,6 +363,7 @@ class CoevolveConfig:
         if not isinstance(self.transfer, bool):
             raise ConfigError("transfer", f"expected true or false, got {_got(self.transfer)}")
         _check_choice("scheduling", self.scheduling, SCHEDULES)
+        _check_choice("finetune", self.finetune, FINETUNES)
         if not (isinstance(self.diagnoser, str) and self.diagnoser.startswith("noisy:")):
             _check_choice("diagnoser", self.diagnoser, DIAGNOSERS)
         elif not _parses_as_float(self.diagnoser[6:]) or not 0 <= float(self.diagnoser[6:]) <= 1:
@@ -434,6 +459,39 @@ class LiberoConfig:
             object.__setattr__(self, key, value)
 
 
+SCALING_MODES = ("uniform", "targeted")
+
+
+@dataclass(frozen=True)
+class ScalingConfig:
+    """The data-scaling experiment (`benchmarks/data_scaling.py`): the SFT policy fine-tuned on planner
+    demonstrations of N generated environments per family, uniform or targeted at its own failures. The
+    recipe (finetune, lora_rank, rehearsal_per_family, rehearsal_share) is the profile's `coevolve` one."""
+
+    ns: tuple[int, ...] = (0, 16, 64, 256)  # generated environments per family
+    modes: tuple[str, ...] = SCALING_MODES
+    updates: int = 2000  # policy updates of every fine-tuning (the same for every N and mode)
+    batch_size: int = 256  # demonstration chunks per update
+    lr: float = 3.0e-4  # AdamW learning rate of the fine-tuning
+    diagnostic_pool: int = 64  # uniform scenes per family the SFT policy is rolled out on to find failures
+
+    def __post_init__(self) -> None:
+        ns = self.ns
+        if (
+            not isinstance(ns, list | tuple)
+            or not ns
+            or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in ns)
+        ):
+            raise ConfigError("ns", f"expected a non-empty list of integers >= 0, got {_got(ns)}")
+        if list(ns) != sorted(set(ns)):
+            raise ConfigError("ns", f"expected increasing values, got {list(ns)}")
+        object.__setattr__(self, "ns", tuple(ns))
+        object.__setattr__(self, "modes", _check_choices("modes", self.modes, SCALING_MODES))
+        for key in ("updates", "batch_size", "diagnostic_pool"):
+            _check_int(key, getattr(self, key), minimum=1)
+        object.__setattr__(self, "lr", _check_float("lr", self.lr, above=0))
+
+
 @dataclass(frozen=True)
 class Config:
     """The parameters of one run: ``base`` plus the sections of the selected profile."""
@@ -446,6 +504,7 @@ class Config:
     sft: SFTConfig
     coevolve: CoevolveConfig
     libero: LiberoConfig
+    scaling: ScalingConfig
 
     def __post_init__(self) -> None:
         _check_int("seed", self.seed, minimum=0)

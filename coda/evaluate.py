@@ -31,6 +31,86 @@ def mean_se(values: Sequence[float]) -> tuple[float | None, float | None]:
     return m, math.sqrt(var / len(vals))
 
 
+def binomial_se(successes: Sequence[bool | int]) -> float | None:
+    """Standard error of a success rate over independent episodes, sqrt(p(1 - p) / n)."""
+    n = len(successes)
+    if n == 0:
+        return None
+    p = sum(int(x) for x in successes) / n
+    return math.sqrt(p * (1 - p) / n)
+
+
+def paired_diff(a: str, b: str) -> tuple[float, float | None]:
+    """Mean and standard error of the per-episode difference a − b of two outcome strings ("1"/"0") over
+    the same episodes (a paired comparison: the s.e. is that of the mean of the n differences)."""
+    if len(a) != len(b):
+        raise ValueError(
+            f"paired_diff: {len(a)} vs {len(b)} episodes; a paired comparison needs the same ones"
+        )
+    d = [int(x) - int(y) for x, y in zip(a, b, strict=True)]
+    return mean_se(d)
+
+
+def evaluation_items(
+    data_dir: str | Path,
+    families: Sequence[str],
+    n_id: int,
+    n_ood: int,
+    held_back: int | None = None,
+) -> list[tuple[str, str, Any]]:
+    """The fixed evaluation episodes, in the order of ``eval_outcomes``: (split, family, scene) with split
+    "id" for the first `n_id` of each family's last `held_back` (default `n_id`) seed scenes, which no
+    policy trains on, then the first `n_ood` scenes of every held-out suite, by family and suite."""
+    from coda import data
+    from coda.sim.families.ranges import SUITES
+
+    held_back = n_id if held_back is None else held_back
+    items = []
+    for f in families:
+        seeds = data.seed_scenes(data_dir, f)
+        items += [("id", f, s) for s in seeds[len(seeds) - held_back :][:n_id]]
+    items += [
+        (suite, f, s)
+        for f in families
+        for suite in SUITES
+        for s in data.suite_scenes(data_dir, f, suite, n_ood)
+    ]
+    return items
+
+
+def evaluation_summary(items: Sequence[tuple[str, str, Any]], successes: Sequence[bool]) -> dict[str, Any]:
+    """ID and OOD success of one policy on `evaluation_items`, with binomial standard errors, per family,
+    per suite (all families) and per family and suite, and the outcome string for paired comparisons."""
+    rows = [(split, f, bool(ok)) for (split, f, _), ok in zip(items, successes, strict=True)]
+    ident = [r for r in rows if r[0] == "id"]
+    ood = [r for r in rows if r[0] != "id"]
+
+    def rate(xs):
+        return round(sum(x[2] for x in xs) / len(xs), 4) if xs else None
+
+    def se(xs):
+        v = binomial_se([x[2] for x in xs])
+        return None if v is None else round(v, 4)
+
+    families = list(dict.fromkeys(f for _, f, _ in rows))
+    suites = list(dict.fromkeys(r[0] for r in ood))
+    return {
+        "id_success": rate(ident),
+        "ood_success": rate(ood),
+        "id_se": se(ident),
+        "ood_se": se(ood),
+        "n_id": len(ident),
+        "n_ood": len(ood),
+        "id_by_family": {f: rate([x for x in ident if x[1] == f]) for f in families},
+        "ood_by_family": {f: rate([x for x in ood if x[1] == f]) for f in families},
+        "ood_by_suite": {s: rate([x for x in ood if x[0] == s]) for s in suites},
+        "ood_by_family_suite": {
+            f: {s: rate([x for x in ood if x[1] == f and x[0] == s]) for s in suites} for f in families
+        },
+        "eval_outcomes": "".join("1" if r[2] else "0" for r in rows),
+    }
+
+
 def load_metrics(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / "metrics.json"
     if not path.exists():

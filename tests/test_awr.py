@@ -224,6 +224,31 @@ def test_policy_updater_trains_adapters_and_counts_updates():
         AWRConfig(max_weight=0.5)
 
 
+def test_full_finetuning_updates_every_weight_and_imitation_only_needs_no_critic():
+    demo_chunk = -target_chunk(seed=7)
+    demos = {**states(), "chunk": demo_chunk.expand(N_STATES, 8, 7)}
+    policy = sft_policy("regression")
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    d_start = bias(policy, demo_chunk)
+    updater = PolicyUpdater(policy, None, AWRConfig(finetune="full", awr_weight=0.0, lr=1e-3))
+    assert policy.lora is None
+    for _ in range(40):
+        stats = updater.update({}, imitation=demos)
+    assert stats["awr_loss"] == 0.0 and stats["imitation_loss"] != 0.0
+    assert updater.counter.value == 40
+    changed = [
+        k for k, v in policy.state_dict().items() if v.is_floating_point() and not torch.equal(v, before[k])
+    ]
+    assert len(changed) >= 0.5 * sum(v.is_floating_point() for v in before.values())  # not adapters only
+    assert bias(policy, demo_chunk) < 0.2 * d_start
+    with pytest.raises(ValueError, match="needs imitation"):
+        updater.update(states())
+    with pytest.raises(ConfigError, match="finetune"):
+        AWRConfig(finetune="adapters")
+    with pytest.raises(ConfigError, match="awr_weight"):
+        AWRConfig(awr_weight=-1.0)
+
+
 # -- critic training ---------------------------------------------------------------------------------------
 def test_train_critic_bootstraps_from_policy_candidates():
     rng = np.random.default_rng(0)

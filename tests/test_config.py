@@ -31,7 +31,7 @@ def raw_params() -> dict:
 
 @pytest.mark.parametrize(
     ("profile", "workers", "n_seed_layouts", "suite_size", "max_chunks", "n_check"),
-    [("smoke", 2, 40, 4, 6, 5), ("cpu", 2, 500, 25, 12, 50), ("paper", 2, 500, 100, 12, 50)],
+    [("smoke", 2, 40, 4, 6, 5), ("cpu", 2, 500, 50, 12, 50), ("paper", 2, 500, 100, 12, 50)],
 )
 def test_real_params_load_every_profile(profile, workers, n_seed_layouts, suite_size, max_chunks, n_check):
     cfg = load_params(PARAMS, profile=profile)
@@ -143,6 +143,15 @@ MISTAKES = {
     "unknown backend": (f"{PAPER}.sim.backend", "slurm", "'local', 'ray'"),
     "no families": (f"{CPU}.data.families", [], "non-empty"),
     "physics not a multiple": (f"{CPU}.sim.physics_hz", 245, "multiple of control_hz"),
+    "unknown finetune": (f"{CPU}.coevolve.finetune", "adapters", "'full', 'lora'"),
+    "rehearsal share above 1": (f"{CPU}.coevolve.rehearsal_share", 1.5, "[0, 1]"),
+    "curve larger than the final evaluation": (
+        f"{CPU}.coevolve.curve_ood_per_suite",
+        60,
+        "at most eval_ood_per_suite",
+    ),
+    "scaling ns not increasing": (f"{CPU}.scaling.ns", [0, 64, 16], "increasing"),
+    "scaling modes not a list": (f"{CPU}.scaling.modes", "uniform", "non-empty list"),
     # missing
     "missing key": (f"{CPU}.sim.retries", DELETE, "missing key"),
     "missing section": (f"{PAPER}.planner", DELETE, "missing section"),

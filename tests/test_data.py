@@ -91,6 +91,38 @@ def test_heldout_suites_never_overlap_training(small_data, catalog):
             assert not is_heldout_instance(s.objects[0].asset_id)
 
 
+def test_every_heldout_factor_range_lies_inside_the_generator_space(catalog, monkeypatch):
+    """The generator can produce every held-out factor value (so generated environments can reach each
+    suite), both as declared ranges and as sampled suite scenes."""
+    from coda.engine.diagnose import factor_values
+    from coda.sim.families import ranges
+
+    for family in data.FAMILIES:
+        assert ranges.uncovered(family) == [], family
+    rng = np.random.default_rng(3)
+    for family in data.FAMILIES:
+        fam, gen = REGISTRY[family], REGISTRY[family].space("generator")
+        for suite in ("instances", "layouts", "categories"):
+            keys = set(RANGES[family][suite])
+            for _ in range(30):
+                spec = fam.sample(rng, catalog, suite)
+                obj = spec.objects[0]
+                values = {"scale": obj.scale, "mass": obj.mass, "friction": obj.friction}
+                values.update({f"{k}_yaw": p.yaw for k, p in _role_poses(spec).items()})
+                for key in keys & set(values):
+                    assert any(
+                        lo - 1e-9 <= values[key] <= hi + 1e-9 for lo, hi in ranges.intervals(gen[key])
+                    ), (family, suite, key, values[key])
+            assert factor_values(spec)  # the diagnoser reads the same scenes
+    # a held-out range outside the generator's is reported, with its key
+    monkeypatch.setitem(RANGES["push"], "instances", {"scale": (1.2, 1.6)})
+    assert ranges.uncovered("push") == ["push.instances.scale: [1.2, 1.6] outside the generator's [0.7, 1.4]"]
+
+
+def _role_poses(spec):
+    return {role: spec.spatial.poses[i] for role, i in spec.task.bindings.items()}
+
+
 def test_seed_distribution_is_narrower_than_generator_and_excludes_layout_suite(small_data, catalog):
     rng = np.random.default_rng(1)
     fam = REGISTRY["pick_place"]

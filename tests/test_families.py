@@ -104,3 +104,43 @@ def test_a_reused_client_id_gets_fresh_collision_shapes(small_data):
     finally:
         w2.close()
         reference.close()
+
+
+def _state_at(rec, t):
+    return {k: v[t].copy() for k, v in rec.states.items()}
+
+
+def test_drawer_success_never_precedes_the_grasp_or_contact_phase(small_data, world):
+    """A state the drawer verifier accepts completes every phase predicate, so no recorded success has
+    phase_reached below the chain's length; a drawer hooked open by one finger is no success."""
+    from coda.sim.families.drawer import OPEN_FRAC, _part
+
+    fam = REGISTRY["drawer"]
+    scenes = data.seed_scenes(small_data, "drawer", 2) + data.suite_scenes(small_data, "drawer", "tasks")
+    variants = set()
+    rng = np.random.default_rng(0)
+    for scene in scenes:
+        rec = plan_episode(world, scene)
+        assert rec.success and rec.phase_reached == len(rec.phase_names), scene.task.variant
+        ctx = rec.context()
+        variants.add(ctx.variant)
+        k, c = _part(ctx), ctx.bindings["cabinet"]
+        lo, hi = ctx.joint_limits[k]
+        checked = 0
+        for t in range(0, rec.steps + 1, 3):
+            for _ in range(4):  # the recorded state with contacts and opening re-drawn
+                st = _state_at(rec, t)
+                st["finger_contact"][c] = rng.integers(0, 2, size=2)
+                st["robot_contact"][c] = float(rng.integers(0, 2) or st["finger_contact"][c].any())
+                st["art_q"][k] = lo + rng.uniform(0, 1) * (hi - lo)
+                if fam.success(st, ctx):
+                    checked += 1
+                    assert all(ph.predicate(st, ctx) for ph in fam.phases(ctx.variant)), (ctx.variant, t)
+                    assert fam.progress([st], ctx).all()
+        assert checked > 0
+        if ctx.variant == "open":
+            hooked = _state_at(rec, rec.steps)
+            hooked["art_q"][k] = lo + (OPEN_FRAC + 0.1) * (hi - lo)
+            hooked["finger_contact"][c] = [1.0, 0.0]
+            assert not fam.success(hooked, ctx)
+    assert variants == {"open", "close"}

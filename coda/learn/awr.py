@@ -195,11 +195,15 @@ def awr_update(
     normalize: bool = False,
     imitation: dict[str, Tensor] | None = None,
     imitation_weight: float = 1.0,
+    awr_weight: float = 1.0,
     grad_clip: float | None = 1.0,
     counter: UpdateCounter | None = None,
     generator: torch.Generator | None = None,
 ) -> dict[str, float]:
     """One AWR step over sampled chunks (+ imitation); returns diagnostics.
+
+    The loss is `awr_weight` × the AWR term + `imitation_weight` × the imitation term; with `awr_weight`
+    0 the candidates are not sampled at all (an imitation-only update, which needs `imitation`).
 
     batch: "obs" (B, obs_dim), "instr" (B, 384) — the states to improve the policy at (other keys are
     ignored). For each state, j candidates a_k ~ π (no gradient) get Q(s, a_k) from `critic` and
@@ -216,6 +220,10 @@ def awr_update(
     with value="mean"), advantage_std, weight_max, ess (effective sample size of the B·j weights) and
     ess_fraction (ess / (B·j)).
     """
+    if awr_weight == 0:
+        return _imitation_update(
+            policy, optimizer, imitation, imitation_weight, grad_clip, counter, generator
+        )
     obs, instr = batch["obs"].float(), batch["instr"].float()
     b = obs.shape[0]
     was_training = policy.training
@@ -240,7 +248,7 @@ def awr_update(
     imitation_loss = torch.zeros(())
     if imitation is not None:
         imitation_loss = policy.loss(imitation, None, generator=generator)
-    loss = awr_loss + imitation_weight * imitation_loss
+    loss = awr_weight * awr_loss + imitation_weight * imitation_loss
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if grad_clip is not None:
@@ -260,6 +268,25 @@ def awr_update(
         "ess": effective_sample_size(weights),
         "ess_fraction": effective_sample_size(weights) / weights.numel(),
     }
+
+
+def _imitation_update(policy, optimizer, imitation, imitation_weight, grad_clip, counter, generator):
+    """`awr_update` without its AWR term: one step of behaviour cloning on planner demonstrations."""
+    if imitation is None:
+        raise ValueError("awr_weight 0 needs imitation data (planner demonstrations)")
+    was_training = policy.training
+    policy.train()
+    imitation_loss = policy.loss(imitation, None, generator=generator)
+    loss = imitation_weight * imitation_loss
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip is not None:
+        nn.utils.clip_grad_norm_([p for p in policy.parameters() if p.requires_grad], grad_clip)
+    optimizer.step()
+    policy.train(was_training)
+    if counter is not None:
+        counter.step()
+    return {"loss": loss.item(), "awr_loss": 0.0, "imitation_loss": imitation_loss.item()}
 
 
 # ==================================================================================================
@@ -333,14 +360,16 @@ def prepare_lora(
 class AWRConfig:
     """Policy updates of a co-evolution round."""
 
-    lora_rank: int = 8  # rank of the adapters on the frozen SFT weights
-    lr: float = 1e-3  # AdamW learning rate of the adapters
+    finetune: Literal["lora", "full"] = "lora"  # train LoRA adapters on frozen weights, or every weight
+    lora_rank: int = 8  # rank of the adapters on the frozen SFT weights (finetune "lora")
+    lr: float = 1e-3  # AdamW learning rate
     j: int = 8  # candidate chunks sampled per state
     beta: float = 1.0  # AWR temperature: weights ∝ exp(A/β)
     max_weight: float = 20.0  # cap on a weight, in units of the batch's mean weight
     value: Literal["mean", "softmax"] = "mean"  # V(s) over the candidates (module docstring)
     temperature: float = 0.5  # τ of value="softmax"
     imitation_weight: float = 1.0  # factor of the imitation loss on planner demonstrations
+    awr_weight: float = 1.0  # factor of the AWR loss (0: imitation only)
     normalize: bool = False  # divide advantages by their batch std before exp(A/β)
     grad_clip: float = 1.0  # max global gradient norm
     seed: int = 0  # seeds the candidate and flow-matching noise of the updates
@@ -355,14 +384,18 @@ class AWRConfig:
                 raise ConfigError(key, f"expected a number > {low}, got {getattr(self, key)!r}")
         if not self.max_weight >= 1:
             raise ConfigError("max_weight", f"expected a number >= 1, got {self.max_weight!r}")
-        if not self.imitation_weight >= 0:
-            raise ConfigError("imitation_weight", f"expected a number >= 0, got {self.imitation_weight!r}")
+        for key in ("imitation_weight", "awr_weight"):
+            if not getattr(self, key) >= 0:
+                raise ConfigError(key, f"expected a number >= 0, got {getattr(self, key)!r}")
+        if self.finetune not in ("lora", "full"):
+            raise ConfigError("finetune", f"expected 'lora' or 'full', got {self.finetune!r}")
         if self.value not in ("mean", "softmax"):
             raise ConfigError("value", f"expected 'mean' or 'softmax', got {self.value!r}")
 
 
 class PolicyUpdater:
-    """AWR (+ imitation) updates of `policy` on LoRA adapters, guided by `critic`, counted by `counter`.
+    """AWR (+ imitation) updates of `policy`, on LoRA adapters or on every weight (`AWRConfig.finetune`),
+    guided by `critic`, counted by `counter`.
 
     Example:
         >>> updater = PolicyUpdater(ChunkPolicy.from_pretrained("sft"), critic, AWRConfig(), counter)
@@ -381,7 +414,13 @@ class PolicyUpdater:
         self.policy, self.critic = policy, critic
         self.config = config = config or AWRConfig()
         self.counter = counter if counter is not None else UpdateCounter()
-        self.optimizer = prepare_lora(policy, config.lora_rank, lr=config.lr)
+        if config.finetune == "lora":
+            self.optimizer = prepare_lora(policy, config.lora_rank, lr=config.lr)
+        else:
+            if policy.lora is not None:
+                raise ValueError("finetune 'full' on a policy that carries LoRA adapters; merge them first")
+            params = [prm for prm in policy.parameters() if prm.requires_grad]
+            self.optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=1e-4)
         self.generator = torch.Generator().manual_seed(config.seed)
 
     def update(
@@ -402,6 +441,7 @@ class PolicyUpdater:
             normalize=c.normalize,
             imitation=imitation,
             imitation_weight=c.imitation_weight,
+            awr_weight=c.awr_weight,
             grad_clip=c.grad_clip,
             counter=self.counter,
             generator=self.generator,

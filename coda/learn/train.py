@@ -194,13 +194,6 @@ def eval_job(job: tuple[str, str, int]) -> dict[str, Any]:
     }
 
 
-def success_rates(rows: list[dict[str, Any]], key: str = "family") -> dict[str, float]:
-    out: dict[str, list[bool]] = {}
-    for r in rows:
-        out.setdefault(r[key], []).append(bool(r["success"]))
-    return {k: round(float(np.mean(v)), 4) for k, v in sorted(out.items())}
-
-
 def write_json(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
@@ -230,8 +223,8 @@ def run_sft(
 ) -> dict:
     """Collect demonstrations, train a policy by SFT, evaluate ID (held-back seed scenes) and OOD (suites)."""
     from coda import data
+    from coda.evaluate import evaluation_items, evaluation_summary
     from coda.learn.policies import make_policy
-    from coda.sim.families.ranges import SUITES
 
     out = Path(out)
     seeds = {f: data.seed_scenes(data_dir, f) for f in families}
@@ -258,33 +251,23 @@ def run_sft(
     policy_dir = out / "policy"
     policy.save_pretrained(policy_dir)
 
-    id_scenes = [s for f in families for s in seeds[f][len(seeds[f]) - eval_id_per_family :]]
-    ood = [
-        (suite, s)
-        for f in families
-        for suite in SUITES
-        for s in data.suite_scenes(data_dir, f, suite, eval_ood_per_suite)
-    ]
-    scenes = id_scenes + [s for _, s in ood]
-    jobs = [(str(policy_dir.resolve()), s.to_json(), max_chunks) for s in scenes]
-    rows = [
-        r.value if r.ok else {"family": s.family, "success": False, "error": r.error}
-        for r, s in zip(executor.map(eval_job, jobs, desc="evaluation"), scenes, strict=True)
-    ]
-    id_rows, ood_rows = rows[: len(id_scenes)], rows[len(id_scenes) :]
-    for (suite, _), r in zip(ood, ood_rows, strict=True):
-        r["suite"] = suite
+    items = evaluation_items(data_dir, families, eval_id_per_family, eval_ood_per_suite)
+    jobs = [(str(policy_dir.resolve()), s.to_json(), max_chunks) for _, _, s in items]
+    results = executor.map(eval_job, jobs, desc="evaluation")
+    ev = evaluation_summary(items, [bool(r.ok and r.value["success"]) for r in results])
     metrics = {
         "backbone": backbone,
-        "id_success": success_rates(id_rows),
-        "ood_success": success_rates(ood_rows),
-        "ood_by_suite": {
-            f: success_rates([r for r in ood_rows if r["family"] == f], "suite") for f in families
-        },
-        "id_mean": round(float(np.mean([r["success"] for r in id_rows])), 4),
-        "ood_mean": round(float(np.mean([r["success"] for r in ood_rows])), 4) if ood_rows else None,
-        "n_id": len(id_rows),
-        "n_ood": len(ood_rows),
+        "id_success": ev["id_by_family"],
+        "ood_success": ev["ood_by_family"],
+        "ood_by_suite": ev["ood_by_family_suite"],
+        "ood_suite_mean": ev["ood_by_suite"],  # each suite over all families
+        "id_mean": ev["id_success"],
+        "ood_mean": ev["ood_success"],
+        "id_se": ev["id_se"],
+        "ood_se": ev["ood_se"],
+        "n_id": ev["n_id"],
+        "n_ood": ev["n_ood"],
+        "eval_outcomes": ev["eval_outcomes"],
         "demos": len(demos),
         "demo_success": round(float(np.mean([d["success"] for d in demos])), 4),
         "train_samples": len(dataset["obs"]),

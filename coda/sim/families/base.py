@@ -128,11 +128,11 @@ class Family:
         out = dict(spaces["seed"])
         if split == "generator":
             out.update(spaces["generator"])
-        elif split == "layouts":
-            out.update(spaces["layouts"])
+        elif split in ("instances", "layouts", "categories"):
+            out.update(spaces[split])  # the suite's factor shifts (held-out geometry, layouts)
         elif split == "tasks":
             out["variants"] = spaces["heldout_variants"]
-        elif split == "categories":
+        if split == "categories":
             out["categories"] = spaces["heldout_categories"]
         return out
 

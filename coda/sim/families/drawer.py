@@ -47,6 +47,11 @@ def _pull_dir(ctx: SceneContext) -> np.ndarray:
     return -np.array([math.cos(yaw), math.sin(yaw)])
 
 
+# Each phase predicate holds in every state that a later phase's does, so a state the verifier accepts
+# completes the whole phase chain at once: no success is ever recorded before the grasp (open) or the
+# contact (close) phase. Success requires the hand on the drawer: a drawer hooked open by one finger, or
+# one that rolls shut after the hand let go, is not a success (issue #15: such episodes had been recorded
+# as successes with phase_reached 0 or 1).
 def _near_handle(st: State, ctx: SceneContext) -> bool:
     return numerics.norm(st["ee_pos"] - st["handle_pos"][_part(ctx)]) < 0.03
 
@@ -59,22 +64,30 @@ def _contact(st: State, ctx: SceneContext) -> bool:
     return bool(st["robot_contact"][ctx.bindings["cabinet"]])
 
 
+def _reach_open(st: State, ctx: SceneContext) -> bool:
+    return _near_handle(st, ctx) or _grasp(st, ctx)
+
+
+def _reach_close(st: State, ctx: SceneContext) -> bool:
+    return _near_handle(st, ctx) or _contact(st, ctx)
+
+
 def _opened_some(st: State, ctx: SceneContext) -> bool:
     return _frac(st, ctx) >= 0.3
 
 
 def _opened(st: State, ctx: SceneContext) -> bool:
-    return _frac(st, ctx) >= OPEN_FRAC
+    return _frac(st, ctx) >= OPEN_FRAC and _grasp(st, ctx)
 
 
 def _closed_some(st: State, ctx: SceneContext) -> bool:
     k = _part(ctx)
     lo, hi = ctx.joint_limits[k]
-    return _frac(st, ctx) <= 0.5 * (ctx.init_art_q[k] - lo) / max(hi - lo, 1e-9)
+    return _frac(st, ctx) <= max(0.5 * (ctx.init_art_q[k] - lo) / max(hi - lo, 1e-9), CLOSED_FRAC)
 
 
 def _closed(st: State, ctx: SceneContext) -> bool:
-    return _frac(st, ctx) <= CLOSED_FRAC
+    return _frac(st, ctx) <= CLOSED_FRAC and _contact(st, ctx)
 
 
 def _wrap_half(a: float) -> float:
@@ -168,13 +181,13 @@ class Drawer(Family):
     def phases(cls, variant: str) -> list[Phase]:
         if variant == "open":
             return [
-                Phase("reach", _near_handle),
+                Phase("reach", _reach_open),
                 Phase("grasp", _grasp),
                 Phase("pull", _opened_some),
                 Phase("open", _opened),
             ]
         return [
-            Phase("reach", _near_handle),
+            Phase("reach", _reach_close),
             Phase("contact", _contact),
             Phase("push", _closed_some),
             Phase("close", _closed),
