@@ -476,7 +476,9 @@ def run(argv: list[str] | None = None) -> int:
         from coda import data
 
         if args.data_cmd == "ranges":
-            print(data.render_markdown())
+            from coda.sim.families.ranges import render_coverage
+
+            print(data.render_markdown().rstrip("\n") + "\n\n" + render_coverage())
         elif args.data_cmd == "build":
             m = data.build(
                 Path(args.out),

@@ -15,7 +15,7 @@ from coda.coevolve import METHODS
 from coda.memory.store import inspect, load_snapshot
 
 ROOT = Path(__file__).resolve().parent.parent
-TIMING = ("wall_s", "cpu_s", "worker_cpu_s", "schedule_checks")
+TIMING = ("wall_s", "time_s", "cpu_s", "worker_cpu_s", "schedule_checks")
 
 
 @pytest.fixture(scope="module")

@@ -173,10 +173,13 @@ def test_dvc_dir_hash_matches_dvc(tmp_path):
 def test_ranges_document_is_current():
     from pathlib import Path
 
-    from coda.sim.families.ranges import render_markdown
+    from coda.sim.families.ranges import generator_share, render_coverage, render_markdown
 
     doc = Path(__file__).resolve().parent.parent / "docs" / "RANGES.md"
-    assert doc.read_text().strip() == render_markdown().strip(), "run `coda data ranges > docs/RANGES.md`"
+    want = render_markdown().rstrip("\n") + "\n\n" + render_coverage()
+    assert doc.read_text().strip() == want.strip(), "run `coda data ranges > docs/RANGES.md`"
+    for family in RANGES:  # a suite no generated draw can land in could never be trained for
+        assert all(0 < generator_share(family, s) < 1 for s in ("instances", "layouts", "categories"))
 
 
 def _reduced_kernels_env() -> dict[str, str]:

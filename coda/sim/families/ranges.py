@@ -212,6 +212,26 @@ def render_markdown() -> str:
     return "\n".join(lines)
 
 
+def render_coverage() -> str:
+    """How thinly the uniform generator covers each held-out suite (appended to docs/RANGES.md by
+    `coda data ranges`; data/RANGES.md holds `render_markdown` alone)."""
+    lines = [
+        "## Generator coverage of the held-out suites",
+        "",
+        "Share of uniform generator draws inside each suite's shifted factor ranges (factors treated as",
+        "independent and uniform; held-out instances and categories are never generated, so these shares are",
+        "of draws with the suite's geometry on training objects). The tasks suite's variant is half the",
+        "generator's variants in every family.",
+        "",
+        "| family | instances | layouts | categories |",
+        "|---|---|---|---|",
+    ]
+    for fam in RANGES:
+        cells = [f"{100 * generator_share(fam, s):.1f}%" for s in ("instances", "layouts", "categories")]
+        lines.append(f"| {fam} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def intervals(r) -> list[tuple[float, float]]:
     """A numeric range or union of ranges as a list of (lo, hi)."""
     return list(r) if isinstance(r, list) else [r]
@@ -236,6 +256,23 @@ def uncovered(family: str) -> list[str]:
                 if not any(a <= lo and hi <= b for a, b in intervals(g)):
                     out.append(f"{family}.{suite}.{key}: [{lo}, {hi}] outside the generator's {_fmt(g)}")
     return out
+
+
+def generator_share(family: str, suite: str) -> float:
+    """The share of uniform generator draws that fall inside a suite's shifted factor ranges, treating the
+    factors as independent and uniform (how thinly a uniform budget covers that difficulty)."""
+    spaces = RANGES[family]
+    gen = {**spaces["seed"], **spaces["generator"]}
+    share = 1.0
+    for key, r in spaces[suite].items():
+        g = gen[key]
+        if isinstance(r, tuple) and r and isinstance(r[0], str):
+            share *= len(set(r) & set(g)) / len(g)
+            continue
+        total = sum(b - a for a, b in intervals(g))
+        inside = sum(max(0.0, min(hi, b) - max(lo, a)) for lo, hi in intervals(r) for a, b in intervals(g))
+        share *= inside / total
+    return share
 
 
 def _fmt(v) -> str:
