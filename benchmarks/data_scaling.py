@@ -8,11 +8,15 @@ writes data_scaling.{csv,md,png} there.
 
 Usage: python benchmarks/data_scaling.py --json [--profile cpu] [--data scenes] [--sft runs/sft]
        [--out runs/data_scaling] [--figures figures]
+       # the recipe comparison (README): LoRA adapters instead of all weights, at one budget
+       python benchmarks/data_scaling.py --json --finetune lora --lr 1e-3 --ns 0 64 --modes uniform \
+           --out runs/data_scaling_lora
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -27,6 +31,10 @@ def main() -> None:
     ap.add_argument("--out", default="runs/data_scaling")
     ap.add_argument("--figures", default=None)
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--finetune", choices=["full", "lora"], default=None, help="override coevolve.finetune")
+    ap.add_argument("--lr", type=float, default=None, help="override scaling.lr")
+    ap.add_argument("--ns", type=int, nargs="+", default=None, help="override scaling.ns")
+    ap.add_argument("--modes", nargs="+", default=None, help="override scaling.modes")
     args = ap.parse_args()
 
     import torch
@@ -37,6 +45,12 @@ def main() -> None:
 
     torch.set_num_threads(1)
     cfg = load_params(args.params, profile=args.profile)
+    sc = {k: v for k, v in (("lr", args.lr), ("ns", args.ns), ("modes", args.modes)) if v is not None}
+    cfg = dataclasses.replace(
+        cfg,
+        scaling=dataclasses.replace(cfg.scaling, **sc),
+        coevolve=dataclasses.replace(cfg.coevolve, finetune=args.finetune or cfg.coevolve.finetune),
+    )
     if not (Path(args.sft) / "policy" / "config.json").exists():
         raise SystemExit(f"{args.sft}/policy: no SFT policy (run `coda sft --out {args.sft}` first)")
     ex = _executor(cfg, Path(args.data), args.workers)

@@ -125,7 +125,8 @@ def _ood_outcomes(m: Mapping[str, Any]) -> str:
 def summarize(runs: Mapping[str, Sequence[str | Path]], reference: str | None = None) -> list[dict[str, Any]]:
     """One row per method: ID and OOD success (mean ± s.e. over its runs) and, with `reference`, the paired
     OOD difference to it (per seed: the mean over the shared episodes of method − reference; then mean ±
-    s.e. over seeds). A reference with a single run (e.g. the one SFT checkpoint) pairs with every seed."""
+    s.e. over seeds, and `paired_se_episodes`, its s.e. from the episodes alone). A reference with a single
+    run (e.g. the one SFT checkpoint) pairs with every seed."""
     metrics = {name: [load_metrics(d) for d in dirs] for name, dirs in runs.items()}
     ref = {m["seed"]: m for m in metrics.get(reference, [])} if reference else {}
     rows = []
@@ -148,7 +149,7 @@ def summarize(runs: Mapping[str, Sequence[str | Path]], reference: str | None = 
             },
         }
         if ref and name != reference:
-            diffs = []
+            diffs, episode_se = [], []
             for m in ms:
                 other = ref.get(m["seed"]) or (next(iter(ref.values())) if len(ref) == 1 else None)
                 if other is None:
@@ -156,7 +157,13 @@ def summarize(runs: Mapping[str, Sequence[str | Path]], reference: str | None = 
                 a, b = _ood_outcomes(m), _ood_outcomes(other)
                 if len(a) != len(b):
                     raise ValueError(f"{name} seed {m['seed']}: evaluated on other episodes than {reference}")
-                diffs.append(sum(int(x) - int(y) for x, y in zip(a, b)) / len(a))
+                d, se = paired_diff(a, b)
+                diffs.append(d)
+                episode_se.append(se or 0.0)
             row["paired_diff"], row["paired_se"] = mean_se(diffs)
+            # the s.e. of that mean from the episodes alone (what a single seed's comparison can resolve)
+            row["paired_se_episodes"] = (
+                math.sqrt(sum(x * x for x in episode_se)) / len(episode_se) if episode_se else None
+            )
         rows.append(row)
     return rows

@@ -39,3 +39,33 @@ def test_paired_difference_uses_the_shared_episodes(tmp_path):
     bad = _write(tmp_path / "bad", 0, "1", "00")
     with pytest.raises(ValueError, match="other episodes"):
         summarize({"sft": [sft], "bad": [bad]}, reference="sft")
+
+
+def test_binomial_and_paired_standard_errors():
+    from coda.evaluate import binomial_se, evaluation_summary, paired_diff
+
+    assert binomial_se([1, 0, 1, 0]) == pytest.approx(0.25) and binomial_se([]) is None
+    d, se = paired_diff("1100", "1000")
+    assert d == pytest.approx(0.25) and se == pytest.approx(0.25)  # differences 0,1,0,0: sd 0.5, n 4
+    with pytest.raises(ValueError, match="same ones"):
+        paired_diff("1", "10")
+    items = [
+        ("id", "push", None),
+        ("layouts", "push", None),
+        ("tasks", "push", None),
+        ("tasks", "stack", None),
+    ]
+    ev = evaluation_summary(items, [True, False, True, True])
+    assert (ev["n_id"], ev["n_ood"], ev["eval_outcomes"]) == (1, 3, "1011")
+    assert ev["ood_by_suite"] == {"layouts": 0.0, "tasks": 1.0}
+    assert ev["ood_by_family_suite"]["push"] == {"layouts": 0.0, "tasks": 1.0}
+    assert ev["ood_se"] == pytest.approx(round((2 / 3 * 1 / 3 / 3) ** 0.5, 4))
+
+
+def test_single_seed_comparison_reports_the_episode_standard_error(tmp_path):
+    sft = _write(tmp_path / "sft", 0, "11", "0011")
+    a = _write(tmp_path / "a0", 0, "10", "1111")
+    row = {r["method"]: r for r in summarize({"sft": [sft], "a": [a]}, reference="sft")}["a"]
+    assert row["paired_diff"] == pytest.approx(0.5) and row["paired_se"] is None
+    assert row["paired_se_episodes"] == pytest.approx(paired_diff_se := (1 / 3) ** 0.5 / 2)
+    assert paired_diff_se > 0
