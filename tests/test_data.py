@@ -102,7 +102,7 @@ def test_every_heldout_factor_range_lies_inside_the_generator_space(catalog, mon
     rng = np.random.default_rng(3)
     for family in data.FAMILIES:
         fam, gen = REGISTRY[family], REGISTRY[family].space("generator")
-        for suite in ("instances", "layouts", "categories"):
+        for suite in SUITES:
             keys = set(RANGES[family][suite])
             for _ in range(30):
                 spec = fam.sample(rng, catalog, suite)
@@ -179,7 +179,7 @@ def test_ranges_document_is_current():
     want = render_markdown().rstrip("\n") + "\n\n" + render_coverage()
     assert doc.read_text().strip() == want.strip(), "run `coda data ranges > docs/RANGES.md`"
     for family in RANGES:  # a suite no generated draw can land in could never be trained for
-        assert all(0 < generator_share(family, s) < 1 for s in ("instances", "layouts", "categories"))
+        assert all(0 < generator_share(family, s) < 1 for s in SUITES)
 
 
 def _reduced_kernels_env() -> dict[str, str]:

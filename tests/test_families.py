@@ -112,7 +112,7 @@ def _state_at(rec, t):
 
 def test_drawer_success_never_precedes_the_grasp_or_contact_phase(small_data, world):
     """A state the drawer verifier accepts completes every phase predicate, so no recorded success has
-    phase_reached below the chain's length; a drawer hooked open by one finger is no success."""
+    phase_reached below the chain's length; a drawer pulled by a finger far from the handle is no success."""
     from coda.sim.families.drawer import OPEN_FRAC, _part
 
     fam = REGISTRY["drawer"]
@@ -138,9 +138,12 @@ def test_drawer_success_never_precedes_the_grasp_or_contact_phase(small_data, wo
                     assert all(ph.predicate(st, ctx) for ph in fam.phases(ctx.variant)), (ctx.variant, t)
                     assert fam.progress([st], ctx).all()
         assert checked > 0
-        if ctx.variant == "open":
+        if ctx.variant == "open":  # one finger on the cabinet: a success only when hooked at the handle
             hooked = _state_at(rec, rec.steps)
             hooked["art_q"][k] = lo + (OPEN_FRAC + 0.1) * (hi - lo)
             hooked["finger_contact"][c] = [1.0, 0.0]
+            hooked["ee_pos"] = hooked["handle_pos"][k] + [0.0, 0.0, 0.01]
+            assert fam.success(hooked, ctx) and fam.progress([hooked], ctx).all()
+            hooked["ee_pos"] = hooked["handle_pos"][k] + [0.0, 0.0, 0.2]
             assert not fam.success(hooked, ctx)
     assert variants == {"open", "close"}

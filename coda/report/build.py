@@ -808,10 +808,22 @@ def sft_baseline(runs: Runs, out: Path) -> Table:
         t.add("SFT OOD", "not run", paper.TABLE1["sft"])
         t.write(out, check_order=False)
         return t
+
+    def se(key):  # binomial s.e. over the episodes (older metric files have none)
+        return 100 * m[key] if m.get(key) is not None else None
+
     t.add(
-        "OOD success, all suites", fmt({"mean": 100 * m["ood_mean"], "se": None, "n": 1}), paper.TABLE1["sft"]
+        "OOD success, all suites",
+        fmt({"mean": 100 * m["ood_mean"], "se": se("ood_se"), "n": 1}),
+        paper.TABLE1["sft"],
     )
-    t.add("ID success (held-back seed scenes)", fmt({"mean": 100 * m["id_mean"], "se": None, "n": 1}), None)
+    t.add(
+        "ID success (held-back seed scenes)",
+        fmt({"mean": 100 * m["id_mean"], "se": se("id_se"), "n": 1}),
+        None,
+    )
+    for suite, v in m.get("ood_suite_mean", {}).items():
+        t.add(f"OOD suite {suite}, all families", fmt({"mean": 100 * v, "se": None, "n": 1}), None)
     for fam, v in sorted(m["ood_success"].items()):
         t.add(
             f"OOD {fam}",
@@ -821,7 +833,7 @@ def sft_baseline(runs: Runs, out: Path) -> Table:
         )
     t.notes.append(
         f"{m['demos']} planner demonstrations, {m['updates']} updates; ID over {m['n_id']} and OOD over "
-        f"{m['n_ood']} episodes (the SFT stage's own evaluation, larger than the per-round evaluation of runs)."
+        f"{m['n_ood']} episodes (the same episodes as every run's final evaluation); ± is the binomial s.e."
     )
     t.write(out, check_order=False)
     return t

@@ -128,9 +128,9 @@ class Family:
         out = dict(spaces["seed"])
         if split == "generator":
             out.update(spaces["generator"])
-        elif split in ("instances", "layouts", "categories"):
+        elif split in SUITES:
             out.update(spaces[split])  # the suite's factor shifts (held-out geometry, layouts)
-        elif split == "tasks":
+        if split == "tasks":
             out["variants"] = spaces["heldout_variants"]
         if split == "categories":
             out["categories"] = spaces["heldout_categories"]

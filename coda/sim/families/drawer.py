@@ -23,6 +23,7 @@ from coda.sim.scene import ObjectSpec, Pose, SceneSpec, SceneSpecError
 OPEN_FRAC = 0.6  # "open": the drawer is pulled out to at least this fraction of its travel
 CLOSED_FRAC = 0.12  # "close": pushed back to at most this fraction
 INIT_OPEN = (0.7, 0.9)  # "close" scenes start this far open
+HOOK_RADIUS = 0.04  # a single finger in contact this close to the handle holds it (a hooked pull)
 PART_NAMES = {
     1: ("",),
     2: ("bottom ", "top "),
@@ -49,15 +50,22 @@ def _pull_dir(ctx: SceneContext) -> np.ndarray:
 
 # Each phase predicate holds in every state that a later phase's does, so a state the verifier accepts
 # completes the whole phase chain at once: no success is ever recorded before the grasp (open) or the
-# contact (close) phase. Success requires the hand on the drawer: a drawer hooked open by one finger, or
-# one that rolls shut after the hand let go, is not a success (issue #15: such episodes had been recorded
-# as successes with phase_reached 0 or 1).
+# contact (close) phase (issue #15: successes had been recorded with phase_reached 0 or 1, drawers pulled
+# open by one finger hooked on the handle, which the two-finger grasp predicate missed). Success requires
+# the hand on the drawer: holding the handle when it opens (both fingers, or one hooked at the handle), in
+# contact when it shuts; a drawer that slides on after the hand let go, or is pushed by the arm far from
+# the handle, is not a success.
 def _near_handle(st: State, ctx: SceneContext) -> bool:
     return numerics.norm(st["ee_pos"] - st["handle_pos"][_part(ctx)]) < 0.03
 
 
 def _grasp(st: State, ctx: SceneContext) -> bool:
-    return bool(st["finger_contact"][ctx.bindings["cabinet"]].all())
+    """The hand holds the handle: both fingers on the cabinet, or a finger hooked on it at the handle."""
+    c = ctx.bindings["cabinet"]
+    if st["finger_contact"][c].all():
+        return True
+    near = numerics.norm(st["ee_pos"] - st["handle_pos"][_part(ctx)]) < HOOK_RADIUS
+    return bool(st["finger_contact"][c].any()) and near
 
 
 def _contact(st: State, ctx: SceneContext) -> bool:
