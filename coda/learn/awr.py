@@ -249,14 +249,7 @@ def awr_update(
     if imitation is not None:
         imitation_loss = policy.loss(imitation, None, generator=generator)
     loss = awr_weight * awr_loss + imitation_weight * imitation_loss
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if grad_clip is not None:
-        nn.utils.clip_grad_norm_([p for p in policy.parameters() if p.requires_grad], grad_clip)
-    optimizer.step()
-    policy.train(was_training)
-    if counter is not None:
-        counter.step()
+    _step(policy, optimizer, loss, grad_clip, counter, was_training)
     return {
         "loss": loss.item(),
         "awr_loss": awr_loss.item(),
@@ -278,6 +271,12 @@ def _imitation_update(policy, optimizer, imitation, imitation_weight, grad_clip,
     policy.train()
     imitation_loss = policy.loss(imitation, None, generator=generator)
     loss = imitation_weight * imitation_loss
+    _step(policy, optimizer, loss, grad_clip, counter, was_training)
+    return {"loss": loss.item(), "awr_loss": 0.0, "imitation_loss": imitation_loss.item()}
+
+
+def _step(policy, optimizer, loss, grad_clip, counter, was_training) -> None:
+    """One optimiser step on `loss` (gradients clipped unless `grad_clip` is None), then the counter."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if grad_clip is not None:
@@ -286,7 +285,6 @@ def _imitation_update(policy, optimizer, imitation, imitation_weight, grad_clip,
     policy.train(was_training)
     if counter is not None:
         counter.step()
-    return {"loss": loss.item(), "awr_loss": 0.0, "imitation_loss": imitation_loss.item()}
 
 
 # ==================================================================================================
