@@ -13,11 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from coda.errors import UserError  # still importable from coda.cli, as before
+
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
-
-
-class UserError(Exception):
-    """An error caused by the user's input: printed as one line, exit status 2, no traceback."""
 
 
 # -- planner and validity checks (run inside executor workers) ----------------------------------------

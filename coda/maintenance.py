@@ -31,6 +31,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from coda.errors import UserError
+
 # rounds/round-0003 (complete when it holds state.json), rounds/round-0003.tmp (a round being written)
 _CHECKPOINT = re.compile(r"round-(\d+)(\.tmp)?")
 # memory/round-0003, memory/.round-0003.tmp-<pid>-<token>[-old] (a snapshot being written or replaced)
@@ -143,8 +145,6 @@ def add_prune_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
 
 def run_prune_command(args: argparse.Namespace) -> int:
-    from coda.cli import UserError  # lazily: coda.cli imports this module
-
     try:
         report = prune(args.run_dir, keep=args.keep, dry_run=args.dry_run)
     except (FileNotFoundError, ValueError) as err:

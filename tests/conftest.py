@@ -1,15 +1,153 @@
+"""Shared fixtures and helpers of the test suite: a small data set (built once per session), tiny params and
+the `coda` command line in a subprocess.
+
+The helpers (`tiny_params`, `run_python`, `run_coda`, `Coda`) reach tests as fixtures (`make_params`,
+`python_cli`, `coda_cli`, `make_coda`): tests/reliability has a conftest.py of its own, and whichever conftest
+module pytest imported last is the one ``import conftest`` finds, so tests take these as fixtures rather than
+importing them.
+"""
+
 import atexit
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
+import yaml
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("CODA_NO_PROGRESS", "1")
 if "CODA_TEXT_CACHE" not in os.environ:  # the session's own instruction-embedding cache, not the user's
     os.environ["CODA_TEXT_CACHE"] = tempfile.mkdtemp(prefix="coda-text-cache-")
     atexit.register(shutil.rmtree, os.environ["CODA_TEXT_CACHE"], ignore_errors=True)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tiny_params(families=None, sft=None, sim=None, **coevolve) -> dict:
+    """params.yaml (as a dict) with the smoke profile shrunk to the small data set: a few SFT demonstrations,
+    two co-evolution rounds of two environments per family and a handful of updates. `families` replaces the
+    profile's task families; `sft`, `sim` and the keyword arguments override keys of those sections."""
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    smoke = params["profiles"]["smoke"]
+    if families is not None:
+        smoke["data"]["families"] = list(families)
+    smoke["sft"].update(
+        {
+            "demos_per_family": 2,
+            "demo_repeats": 1,
+            "epochs": 20,
+            "eval_id_per_family": 1,
+            "eval_ood_per_suite": 1,
+            **(sft or {}),
+        }
+    )
+    smoke["sim"].update(sim or {})
+    smoke["coevolve"].update(
+        {
+            "rounds": 2,
+            "envs_per_family": 2,
+            "min_pairs": 1,
+            "demos_per_family": 1,
+            "critic_steps": 4,
+            "policy_updates": 4,
+            "batch_size": 16,
+            "check_every": 2,
+            "scheduling": "adaptive",
+            "eval_id_per_family": 1,
+            "eval_ood_per_suite": 1,
+            **coevolve,
+        }
+    )
+    return params
+
+
+def run_python(*args, check=False, cwd=ROOT, env=None, timeout=600, **kw) -> subprocess.CompletedProcess:
+    """``python ARGS...`` with this interpreter in a subprocess (in `cwd`, `env` added to the environment,
+    text output captured); with `check`, asserts that it exited 0 (the end of its stderr as the message)."""
+    r = subprocess.run(
+        [sys.executable, *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+        **kw,
+    )
+    if check:
+        assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+def run_coda(*args, **kw) -> subprocess.CompletedProcess:
+    """``python -m coda ARGS...`` in a subprocess; the keyword arguments are `run_python`'s."""
+    return run_python("-m", "coda", *args, **kw)
+
+
+class Coda:
+    """`coda ...` in a subprocess (`run_coda`, checked by default) on the smoke profile of `params`, with the
+    data of `data` and, for `run`, the SFT policy in `sft` (`train_sft` trains it)."""
+
+    def __init__(self, params: Path, data: Path, sft: Path | None = None):
+        self.params, self.data, self.sft = params, data, sft
+
+    def __call__(self, *args, check=True, **kw) -> subprocess.CompletedProcess:
+        return run_coda(*args, check=check, **kw)
+
+    def _args(self, command: str, out: Path, workers: int, params: Path | None, *options) -> list[str]:
+        head = [command, "--params", params or self.params, "--profile", "smoke", *options]
+        return [str(a) for a in (*head, "--out", out, "--data", self.data, "--workers", workers)]
+
+    def sft_args(self, out: Path, workers: int = 2) -> list[str]:
+        return self._args("sft", out, workers, None)
+
+    def run_args(
+        self, out: Path, workers: int = 2, params: Path | None = None, method: str = "coda"
+    ) -> list[str]:
+        return self._args("run", out, workers, params, "--method", method, "--seed", 0, "--sft", self.sft)
+
+    def train_sft(self, out: Path, workers: int = 2, **kw) -> subprocess.CompletedProcess:
+        """`coda sft` into `out`, which then is the SFT policy of `run`."""
+        result = self(*self.sft_args(out, workers), **kw)
+        self.sft = out
+        return result
+
+    def run(self, out: Path, workers: int = 2, params: Path | None = None, method: str = "coda", **kw):
+        return self(*self.run_args(out, workers, params, method), **kw)
+
+
+@pytest.fixture(scope="session")
+def make_params(tmp_path_factory):
+    """``make_params(**overrides)``: `tiny_params` with those overrides, written to a new params.yaml; returns
+    its path."""
+
+    def make(**overrides) -> Path:
+        path = tmp_path_factory.mktemp("params") / "params.yaml"
+        path.write_text(yaml.safe_dump(tiny_params(**overrides)))
+        return path
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def coda_cli():
+    """`run_coda`: ``coda_cli("planner-check", "--json", check=True)`` runs ``python -m coda ...``."""
+    return run_coda
+
+
+@pytest.fixture(scope="session")
+def make_coda():
+    """`Coda`: ``make_coda(params, data)`` is a `coda` runner on those params and data."""
+    return Coda
+
+
+@pytest.fixture(scope="session")
+def python_cli():
+    """`run_python`: ``python_cli("-c", code, check=True)`` runs ``python ...``."""
+    return run_python
 
 
 @pytest.fixture(scope="session")

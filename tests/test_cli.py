@@ -1,20 +1,13 @@
 """The `coda` console script: JSON outputs and one-line user errors (subprocess smoke tests)."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-CODA = [sys.executable, "-m", "coda"]
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(*args, cwd=ROOT):
-    return subprocess.run([*CODA, *args], capture_output=True, text=True, cwd=cwd, timeout=600)
-
-
-def test_planner_check_json(small_data):
-    r = _run(
+def test_planner_check_json(coda_cli, small_data):
+    r = coda_cli(
         "--profile",
         "smoke",
         "planner-check",
@@ -34,8 +27,8 @@ def test_planner_check_json(small_data):
     assert out["family"] == "push" and out["n"] == 2 and out["success_rate"] == 1.0
 
 
-def test_scenes_validity_counts(small_data):
-    r = _run(
+def test_scenes_validity_counts(coda_cli, small_data):
+    r = coda_cli(
         "--profile",
         "smoke",
         "scenes",
@@ -55,8 +48,8 @@ def test_scenes_validity_counts(small_data):
     assert out["pass"] + out["repaired"] + out["rejected"] == 3
 
 
-def test_unknown_family_is_a_one_line_error(small_data):
-    r = _run("planner-check", "--family", "juggle", "--data", str(small_data))
+def test_unknown_family_is_a_one_line_error(coda_cli, small_data):
+    r = coda_cli("planner-check", "--family", "juggle", "--data", str(small_data))
     assert r.returncode == 2
     assert (
         r.stderr.strip() == "error: --family: unknown family 'juggle'; expected one of pick_place, stack, "
@@ -64,27 +57,27 @@ def test_unknown_family_is_a_one_line_error(small_data):
     )
 
 
-def test_bad_params_is_a_one_line_error(tmp_path):
+def test_bad_params_is_a_one_line_error(coda_cli, tmp_path):
     bad = tmp_path / "params.yaml"
     text = (ROOT / "params.yaml").read_text().replace("workers: 2", "workers: -2", 1)
     bad.write_text(text)
-    r = _run("--params", str(bad), "data", "ranges")
+    r = coda_cli("--params", str(bad), "data", "ranges")
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and "workers" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_missing_data_is_explained(tmp_path):
-    r = _run("planner-check", "--data", str(tmp_path / "nothing"))
+def test_missing_data_is_explained(coda_cli, tmp_path):
+    r = coda_cli("planner-check", "--data", str(tmp_path / "nothing"))
     assert r.returncode == 2 and "coda data ensure" in r.stderr
 
 
-def test_ranges_document():
-    r = _run("data", "ranges")
+def test_ranges_document(coda_cli):
+    r = coda_cli("data", "ranges")
     assert r.returncode == 0 and "## pick_place" in r.stdout and "Held-out categories" in r.stdout
 
 
-def test_profile_is_accepted_after_nested_subcommands():
-    r = _run("data", "ranges", "--profile", "smoke")
+def test_profile_is_accepted_after_nested_subcommands(coda_cli):
+    r = coda_cli("data", "ranges", "--profile", "smoke")
     assert r.returncode == 0 and "pick_place" in r.stdout
-    r = _run("data", "ranges", "--profile", "nosuch")
+    r = coda_cli("data", "ranges", "--profile", "nosuch")
     assert r.returncode == 2 and "nosuch" in r.stderr

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from coda.coevolve import METHODS
 from coda.memory.store import inspect, load_snapshot
@@ -19,88 +18,38 @@ TIMING = ("wall_s", "time_s", "cpu_s", "worker_cpu_s", "schedule_checks")
 
 
 @pytest.fixture(scope="module")
-def tiny_params(tmp_path_factory):
+def tiny_params(make_params):
     """params.yaml with a smoke profile shrunk to the small data set (3 seed scenes per family)."""
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    smoke = params["profiles"]["smoke"]
-    smoke["sft"].update(
-        demos_per_family=2, demo_repeats=1, epochs=20, eval_id_per_family=1, eval_ood_per_suite=1
-    )
-    smoke["coevolve"].update(
-        rounds=2,
-        envs_per_family=2,
-        min_pairs=1,
-        demos_per_family=1,
-        critic_steps=4,
-        policy_updates=4,
-        batch_size=16,
-        check_every=2,
-        scheduling="adaptive",
-        eval_id_per_family=1,
-        eval_ood_per_suite=1,
-    )
-    path = tmp_path_factory.mktemp("params") / "params.yaml"
-    path.write_text(yaml.safe_dump(params))
-    return path
-
-
-def _coda(*args, check=True, **kw):
-    r = subprocess.run([sys.executable, "-m", "coda", *args], capture_output=True, text=True, **kw)
-    if check:
-        assert r.returncode == 0, r.stderr[-3000:]
-    return r
+    return make_params()
 
 
 @pytest.fixture(scope="module")
-def sft_dir(small_data, tiny_params, tmp_path_factory):
-    out = tmp_path_factory.mktemp("sft")
-    _coda(
-        "sft",
-        "--params",
-        str(tiny_params),
-        "--profile",
-        "smoke",
-        "--out",
-        str(out),
-        "--data",
-        str(small_data),
-        "--workers",
-        "2",
-        timeout=600,
-    )
-    return out
-
-
-def _run_args(small_data, tiny_params, sft_dir, out, method="coda") -> list[str]:
-    return [
-        "run",
-        "--params",
-        str(tiny_params),
-        "--profile",
-        "smoke",
-        "--method",
-        method,
-        "--seed",
-        "0",
-        "--sft",
-        str(sft_dir),
-        "--out",
-        str(out),
-        "--data",
-        str(small_data),
-        "--workers",
-        "2",
-    ]
-
-
-def _run(small_data, tiny_params, sft_dir, out, method="coda", extra=(), **kw):
-    return _coda(*_run_args(small_data, tiny_params, sft_dir, out, method), *extra, timeout=900, **kw)
+def coda(make_coda, small_data, tiny_params, tmp_path_factory):
+    """The `coda` runner on the tiny params, with a trained SFT policy (one per module)."""
+    runner = make_coda(tiny_params, small_data)
+    runner.train_sft(tmp_path_factory.mktemp("sft"), timeout=600)
+    return runner
 
 
 @pytest.fixture(scope="module")
-def coda_run(small_data, tiny_params, sft_dir, tmp_path_factory):
+def sft_dir(coda):
+    return coda.sft
+
+
+@pytest.fixture(scope="module")
+def run_method(coda):
+    """``run_method(out, method="coda", extra=(), check=True)``: `coda run` on the tiny params from `sft_dir`."""
+
+    def run(out, method="coda", extra=(), check=True):
+        return coda(*coda.run_args(out, method=method), *extra, check=check, timeout=900)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def coda_run(run_method, tmp_path_factory):
     out = tmp_path_factory.mktemp("coda") / "run"
-    _run(small_data, tiny_params, sft_dir, out)
+    run_method(out)
     return out
 
 
@@ -170,7 +119,9 @@ def test_smoke_profile_runs_control_experiments_that_can_decide():
     assert n >= max(c.min_pairs, 2)
 
     def decide(targeted, control):
-        test = gen.validate_mode(
+        from coda.engine.control import decide as control_decision
+
+        test = control_decision(
             targeted, control, margin=c.validate_margin, min_pairs=c.min_pairs, alpha=c.validate_alpha
         )
         return test["decision"]
@@ -179,8 +130,8 @@ def test_smoke_profile_runs_control_experiments_that_can_decide():
     assert decide([False] * n, [False] * n) == "rejected"
 
 
-def test_memory_inspect_cli(coda_run):
-    out = json.loads(_coda("memory", "inspect", str(coda_run), "--json").stdout)
+def test_memory_inspect_cli(coda, coda_run):
+    out = json.loads(coda("memory", "inspect", str(coda_run), "--json").stdout)
     for key in (
         "modes",
         "validated_modes",
@@ -192,11 +143,12 @@ def test_memory_inspect_cli(coda_run):
         "round",
     ):
         assert key in out
+    assert out == json.loads(json.dumps(inspect(str(coda_run))))  # the values: the verified summary itself
 
 
 @pytest.mark.parametrize("method", ["sr_guided", "train_store_only"])
-def test_other_methods_run_on_the_same_budget(method, small_data, tiny_params, sft_dir, coda_run, tmp_path):
-    _run(small_data, tiny_params, sft_dir, tmp_path / method, method=method)
+def test_other_methods_run_on_the_same_budget(method, run_method, coda_run, tmp_path):
+    run_method(tmp_path / method, method=method)
     mine = json.loads((tmp_path / method / "rounds.json").read_text())
     ref = json.loads((coda_run / "rounds.json").read_text())
     # the same environment budget per round (2 * envs_per_family per family)
@@ -204,8 +156,8 @@ def test_other_methods_run_on_the_same_budget(method, small_data, tiny_params, s
     assert mine[-1]["n_ood"] == ref[-1]["n_ood"]
 
 
-def test_unknown_method_is_a_one_line_error(small_data, tiny_params, sft_dir, tmp_path):
-    r = _run(small_data, tiny_params, sft_dir, tmp_path / "x", method="nope", check=False)
+def test_unknown_method_is_a_one_line_error(run_method, tmp_path):
+    r = run_method(tmp_path / "x", method="nope", check=False)
     assert r.returncode == 2 and "--method" in r.stderr and "Traceback" not in r.stderr
     assert set(METHODS) >= {
         "sft",
@@ -224,9 +176,9 @@ def _snapshot_digest(run: Path) -> dict:
     return {k: v["sha256"] for k, v in manifest["files"].items()}
 
 
-def test_killed_run_resumes_to_the_uninterrupted_result(small_data, tiny_params, sft_dir, coda_run, tmp_path):
+def test_killed_run_resumes_to_the_uninterrupted_result(coda, run_method, coda_run, tmp_path):
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "coda", *_run_args(small_data, tiny_params, sft_dir, out)]
+    cmd = [sys.executable, "-m", "coda", *coda.run_args(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 600
     while not (out / "rounds" / "round-0001" / "state.json").exists():  # kill it during round 2
@@ -236,16 +188,16 @@ def test_killed_run_resumes_to_the_uninterrupted_result(small_data, tiny_params,
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "rounds" / "round-0002").exists()
-    _run(small_data, tiny_params, sft_dir, out)
+    run_method(out)
     assert _snapshot_digest(out) == _snapshot_digest(coda_run)
     a = {k: v for k, v in json.loads((out / "metrics.json").read_text()).items() if k not in TIMING}
     b = {k: v for k, v in json.loads((coda_run / "metrics.json").read_text()).items() if k not in TIMING}
     assert a == b
 
 
-def test_memory_reuse_trains_on_a_frozen_memory(small_data, tiny_params, sft_dir, coda_run, tmp_path):
+def test_memory_reuse_trains_on_a_frozen_memory(run_method, coda_run, tmp_path):
     out = tmp_path / "reuse"
-    _run(small_data, tiny_params, sft_dir, out, method="memory_reuse", extra=["--memory", str(coda_run)])
+    run_method(out, method="memory_reuse", extra=["--memory", str(coda_run)])
     rounds = json.loads((out / "rounds.json").read_text())
     ref = json.loads((coda_run / "rounds.json").read_text())
     assert [m["envs_requested"] for m in rounds] == [m["envs_requested"] for m in ref]
@@ -255,7 +207,7 @@ def test_memory_reuse_trains_on_a_frozen_memory(small_data, tiny_params, sft_dir
         load_snapshot(out / "memory" / "round-0002"),
     )
     assert source == reused  # the memory stays frozen
-    missing = _run(small_data, tiny_params, sft_dir, tmp_path / "x", method="memory_reuse", check=False)
+    missing = run_method(tmp_path / "x", method="memory_reuse", check=False)
     assert missing.returncode == 2 and "--memory" in missing.stderr
 
 
@@ -263,14 +215,14 @@ def test_transfer_lifts_validated_programs_to_other_families(small_data, tiny_pa
     import numpy as np
 
     from coda import data
-    from coda.coevolve import Run
+    from coda.coevolve import make_loop
     from coda.config import load_params
     from coda.engine.compile import TemplateCompiler
-    from coda.memory.programs import apply_generation
+    from coda.engine.interpret import apply_generation
     from coda.sim.assets import load_catalog
 
     cfg = load_params(tiny_params, "smoke")
-    run = Run(cfg, METHODS["coda"], 0, small_data, sft_dir, tmp_path / "run", executor=None)
+    run = make_loop(cfg, "coda", 0, small_data, sft_dir, tmp_path / "run", executor=None)
     scene = data.seed_scenes(small_data, "pick_place")[0]
     diagnosis = {
         "family": "pick_place",
@@ -291,7 +243,7 @@ def test_transfer_lifts_validated_programs_to_other_families(small_data, tiny_pa
         generation_program_id=run.memory.add_program(program),
     )
     run.memory.set_mode_status(mode_id, "validated", {"test": "by hand"})
-    run._transfer_programs(2)
+    run.modes.transfer_programs(2)
     lifted = [m for m in run.memory.modes() if m.family != "pick_place"]
     assert {m.family for m in lifted} >= {"stack", "push"}  # both have a graspable/movable target with a yaw
     catalog = load_catalog(small_data)
@@ -301,5 +253,5 @@ def test_transfer_lifts_validated_programs_to_other_families(small_data, tiny_pa
         base = data.seed_scenes(small_data, mode.family)[0]
         variant = apply_generation(prog, base, np.random.default_rng(0), catalog)
         assert variant.family == mode.family
-    run._transfer_programs(3)  # idempotent: each program is lifted once per family
+    run.modes.transfer_programs(3)  # idempotent: each program is lifted once per family
     assert len([m for m in run.memory.modes() if m.family != "pick_place"]) == len(lifted)

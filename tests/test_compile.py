@@ -14,6 +14,7 @@ import pytest
 
 from coda.engine import compile as C
 from coda.engine.factors import FACTORS, PHASE_FACTORS, factor_target
+from coda.engine.interpret import apply_generation
 from coda.memory import programs as P
 from coda.sim.families import REGISTRY
 from coda.sim.families.ranges import RANGES, TRAIN_TEMPLATES
@@ -100,7 +101,7 @@ def test_template_programs_validate_and_recreate_the_failing_value(family, catal
                 assert train["potential"]["variant"] == fail.task.variant
                 assert train["tools"]["planner_demos"] == (4 if phase in C.EARLY_PHASES else 2)
                 try:
-                    out = P.apply_generation(gen, base, np.random.default_rng(k), catalog)
+                    out = apply_generation(gen, base, np.random.default_rng(k), catalog)
                 except (
                     P.ProgramError
                 ) as e:  # the base has an object where the failing scene had the moved one
@@ -212,7 +213,7 @@ def test_hf_backend_accepts_a_valid_completion(tiny_model, catalog):
     assert res.generation["perturbs"] == "target_yaw" and res.generation["family"] == "pick_place"
     assert res.completion_tokens == len(compiler.tokenizer(reply, add_special_tokens=False)["input_ids"])
     assert res.prompt_tokens > 0
-    out = P.apply_generation(
+    out = apply_generation(
         res.generation, sample(catalog, "pick_place", "seed", 1), np.random.default_rng(0), catalog
     )
     assert out.family == "pick_place"

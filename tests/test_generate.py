@@ -1,7 +1,6 @@
 """Budget allocation, the control experiment and the generation strategies (no simulator needed)."""
 
 import numpy as np
-import pytest
 
 from coda.engine import generate as gen
 
@@ -86,18 +85,6 @@ def test_a_family_round_draws_distinct_bases_for_its_pairs():
         )
         controls = [q.base for q in reqs if q.split == "control"]
         assert sorted(controls) == sorted(bases)  # 4 pairs over 2 modes: every base once
-
-
-def test_validate_mode_rule_and_mcnemar():
-    drop = gen.validate_mode([False, False, True, False], [True, True, True, True], margin=0.25, min_pairs=2)
-    assert drop["decision"] == "validated" and drop["drop"] == 0.75
-    same = gen.validate_mode([True, False], [True, False], margin=0.25, min_pairs=2)
-    assert same["decision"] == "rejected"
-    few = gen.validate_mode([False], [True], margin=0.25, min_pairs=2)
-    assert few["decision"] == "undecided"
-    # 5 discordant pairs all favouring the control: p = 1/32
-    assert gen.mcnemar_p([False] * 5, [True] * 5) == pytest.approx(1 / 32)
-    assert gen.mcnemar_p([True] * 3, [True] * 3) == 1.0
 
 
 def test_sr_guided_prefers_intermediate_success():

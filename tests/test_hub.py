@@ -11,9 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import subprocess
-import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -369,11 +367,11 @@ def test_pull_accepts_a_local_folder(tmp_path):
     assert pull_memory(str(tmp_path / "run")) == snap
 
 
-def test_cli_push_pull_in_a_fresh_process_honours_hf_endpoint(hub, tmp_path):
+def test_cli_push_pull_in_a_fresh_process_honours_hf_endpoint(python_cli, hub, tmp_path):
     snap = save_snapshot(make_memory(), tmp_path / "run" / "memory" / "round-0001", round=1)
     script = (
         "import argparse, sys\n"
-        "from coda.cli import UserError\n"
+        "from coda.errors import UserError\n"
         "from coda.memory.cli import add_memory_commands, run_memory_command\n"
         "ap = argparse.ArgumentParser(); add_memory_commands(ap.add_subparsers(dest='cmd'))\n"
         "try:\n"
@@ -381,10 +379,10 @@ def test_cli_push_pull_in_a_fresh_process_honours_hf_endpoint(hub, tmp_path):
         "except UserError as e:  # as coda.cli.main does\n"
         "    print(f'error: {e}', file=sys.stderr); sys.exit(2)\n"
     )
-    env = {**os.environ, "HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
+    env = {"HF_ENDPOINT": hub.url, "HF_HUB_OFFLINE": "0", "TRANSFORMERS_OFFLINE": "0"}
 
     def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True)
+        return python_cli("-c", script, *args, env=env)
 
     pushed = cli("memory", "push", str(tmp_path / "run"), REPO, "--revision", "v1")
     assert pushed.returncode == 0, pushed.stderr

@@ -86,16 +86,34 @@ def test_random_programs_validate_and_vary():
 
 
 def test_memory_stores_libero_programs(tmp_path):
-    gen, train = lp.compile_for_failure(
-        lp.Variant(1, 20, {"object": [0.03, -0.02]}), "libero_object", "m/0", "grasped"
-    )
+    shifted = {
+        "family": "libero_object_task1",
+        "factor": "position",
+        "role": "object",
+        "offset": [0.03, -0.02],
+    }
+    gen, train = lp.compile_diagnosis({**shifted, "phase": "grasped", "mode_id": "m/0"}, 1)
+    assert gen["shift"] == {"role": "object", "dx": [0.015, 0.045], "dy": [-0.035, -0.005]}
     assert validate_program(gen) == gen  # the shared validator dispatches on the LIBERO family
     assert train["phase_weights"][lp.PHASES.index("grasped")] == 3.0
     mem = Memory()
     assert mem.add_program(gen) == gen["id"] and mem.add_program(train) == train["id"]
     path = save_snapshot(mem, tmp_path / "round-0001", round=1)
     assert load_snapshot(path).program(gen["id"]) == gen
-    para = lp.compile_for_failure(
-        lp.Variant(1, 20, {}, lp.paraphrase(OBJECT, 2, 0, True)), "libero_object", "m/1", "reached"
-    )[0]
+    told = {"family": "libero_object_task1", "factor": "instruction", "phase": "reached"}
+    para = lp.compile_diagnosis({**told, "instruction": lp.paraphrase(OBJECT, 2, 0, True)}, 1)[0]
     assert para["paraphrase"] == {"templates": [2], "drop_articles": True}
+    swap = lp.compile_diagnosis({**told, "factor": "position", "role": "swap", "rank": 2}, 1)[0]
+    assert swap["swap"] == {"ranks": [2]}
+    nothing, train = lp.compile_diagnosis({**told, "factor": "position"}, 1)
+    assert nothing is None and train["phase_weights"][0] == 3.0
+
+
+def test_the_schema_is_memory_s_and_re_exported_here():
+    from coda.memory import libero_programs
+
+    assert lp.validate_generation is libero_programs.validate_generation
+    assert lp.validate_training is libero_programs.validate_training
+    assert lp.TEMPLATES is libero_programs.TEMPLATES
+    doc = lp.validate_generation(position())
+    assert validate_program(doc) == libero_programs.validate_program(doc) == doc

@@ -5,16 +5,20 @@ resumes after its last complete round."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
+from coda.learn.train import pack_demos, unpack_demos
 from coda.libero import programs as lp
 from coda.libero import run as lr
+from coda.sim.libero import episodes as le
+from coda.sim.libero.domain import LiberoRollout, PhasePotential
 
 
 def test_suite_observation_marks_present_objects_relative_to_the_hand():
-    obs = lr.SuiteObservation(("basket_1", "ketchup_1", "milk_1"))
+    obs = le.SuiteObservation(("basket_1", "ketchup_1", "milk_1"))
     state = {
         "ee_pos": np.array([0.1, 0.0, 1.0]),
         "ee_quat": np.array([0, 0, 0, 1.0]),
@@ -22,8 +26,8 @@ def test_suite_observation_marks_present_objects_relative_to_the_hand():
         "objects": {"milk_1": np.array([0.2, 0.1, 0.9]), "basket_1": np.array([0.0, 0.0, 0.9])},
     }
     v = obs(state)
-    assert v.shape == (obs.dim,) == (lr.PROPRIO + 12,)
-    slots = v[lr.PROPRIO :].reshape(3, 4)
+    assert v.shape == (obs.dim,) == (le.PROPRIO + 12,)
+    slots = v[le.PROPRIO :].reshape(3, 4)
     assert slots[:, 0].tolist() == [1.0, 0.0, 1.0]  # ketchup absent
     np.testing.assert_allclose(slots[2, 1:], [0.1, 0.1, -0.1], atol=1e-6)
 
@@ -37,6 +41,7 @@ def _record(success: bool, steps: int = 20) -> dict:
         "actions": np.zeros((steps, 7)).tolist(),
         "chunk_starts": list(range(0, steps, 8)),
         "phases": phases.tolist(),
+        "phase_names": list(lp.PHASES),
         "steps": steps,
         "success": success,
         "instruction": "pick up the milk and place it in the basket",
@@ -46,14 +51,14 @@ def _record(success: bool, steps: int = 20) -> dict:
 def test_phase_potential_and_replay_view():
     from coda.learn.replay import ChunkReplay
 
-    view = lr._View.of(_record(False), "libero_object", "abc")
+    view = LiberoRollout.of({"record": _record(False), "success": False}, "libero_object_task0", "abc")
     assert view.steps == 20 and view.success_step is None and len(view.phases) == 21
-    phi = lr.PhasePotential((1.0, 3.0, 1.0, 1.0, 1.0)).phi_along(view)
+    phi = PhasePotential((1.0, 3.0, 1.0, 1.0, 1.0)).phi_along(view)
     np.testing.assert_allclose(phi, [0.0, 1 / 7, 4 / 7, 4 / 7])  # chunk ends at steps 0, 8, 16, 20
     replay = ChunkReplay(100, obs_dim=3)
-    assert replay.add_record(view, lr.PhasePotential((1.0,) * 5)) == 3
+    assert replay.add_record(view, PhasePotential((1.0,) * 5)) == 3
     assert not replay.data["reward"][:3].any()
-    won = lr._View.of(_record(True), "libero_object", "abc")
+    won = LiberoRollout.of({"record": _record(True), "success": True}, "libero_object_task0", "abc")
     assert replay.add_record(won) == 3 and replay.data["reward"][5] == 1.0
 
 
@@ -67,10 +72,10 @@ def test_demo_packing_round_trips_and_tables_count_by_kind():
         }
         for k, n in ((1, 4), (2, 6))
     ]
-    back = lr.unpack_demos(lr.pack_demos(demos))
+    back = unpack_demos(pack_demos(demos, obs_dim=3))
     assert [d["instruction"] for d in back] == ["i1", "i2"]
     assert [len(d["obs"]) for d in back] == [4, 6] and back[1]["obs"][0, 0] == 2
-    table = lr.success_table(
+    table = le.success_table(
         [("standard", 0, {"success": True}), ("standard", 1, {"success": False}), ("position", 0, {})]
     )
     assert table["standard"] == {"mean": 0.5, "n": 2, "by_task": {"0": 1.0, "1": 0.0}}
@@ -100,6 +105,11 @@ def test_tiny_libero_sft_and_a_resumed_round(tmp_path):
     lr.run_rounds(first, tmp_path / "sft", tmp_path / "coda")  # stops after round 1 ...
     assert (tmp_path / "coda" / "rounds" / "round-0001").is_dir()
     out = lr.run_rounds(cfg, tmp_path / "sft", tmp_path / "coda")  # ... and this resumes at round 2
-    rounds = [h["round"] for h in __import__("json").loads((tmp_path / "coda" / "rounds.json").read_text())]
-    assert rounds == [1, 2] and out["rounds"] == 2
+    history = json.loads((tmp_path / "coda" / "rounds.json").read_text())
+    assert [h["round"] for h in history] == [1, 2] and out["rounds"] == 2
     assert set(out["after"]) == {"standard", "position", "instruction"}
+    # the shared loop's per-round record: the same budget and keys as a PyBullet run
+    assert all(h["envs_requested"] == 2 * cfg.libero.envs_per_task for h in history)
+    assert history[1]["libero"] == out["after"]  # the final evaluation, in the shared loop's record
+    run = json.loads((tmp_path / "coda" / "run.json").read_text())
+    assert run["method"] == "coda" and run["coevolve"]["envs_per_family"] == cfg.libero.envs_per_task

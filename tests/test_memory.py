@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from coda.memory import store
+from coda.memory import modes, schema, snapshots, store, summary, tables
 from coda.memory.store import (
     SCHEMA,
     Memory,
@@ -455,7 +455,8 @@ def test_loading_never_unpickles(tmp_path, monkeypatch):
     for name in ("load", "loads", "Unpickler"):
         monkeypatch.setattr(pickle, name, refuse)
     assert load_snapshot(snap) == build_memory()
-    assert "pickle" not in vars(store)
+    for module in (store, snapshots, schema, tables):
+        assert "pickle" not in vars(module)
 
 
 def test_snapshot_files_are_plain_after_save(tmp_path):
@@ -466,3 +467,13 @@ def test_snapshot_files_are_plain_after_save(tmp_path):
     shutil.rmtree(snap / "programs")
     with pytest.raises(MemoryFormatError, match=r"programs/.*: missing"):
         load_snapshot(snap)
+
+
+def test_store_keeps_the_import_paths_of_the_split_modules():
+    assert store.Memory is tables.Memory and store.DifficultyMode is modes.DifficultyMode
+    assert store.SCHEMA is schema.SCHEMA and store.arrow_schema is schema.arrow_schema
+    assert store.load_snapshot is snapshots.load_snapshot
+    assert store.MemoryFormatError is snapshots.MemoryFormatError
+    assert store.inspect is summary.inspect and store.summarize is summary.summarize
+    assert store.in_band is modes.in_band and store.snapshot_path is snapshots.snapshot_path
+    assert all(hasattr(store, name) for name in store.__all__)

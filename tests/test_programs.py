@@ -1,6 +1,7 @@
-"""Generation/training program DSL: schema validation (errors name their field), the interpreter (generator
-space, family invariants, nothing held out ever produced, determinism), role binding and cross-family
-transfer (Appendix A), and a property test that arbitrary documents only ever raise ProgramError."""
+"""Generation/training program DSL: schema validation (errors name their field, `coda.memory.programs`), the
+interpreter (`coda.engine.interpret`: generator space, family invariants, nothing held out ever produced,
+determinism), role binding and cross-family transfer (`coda.engine.transfer`, Appendix A), and a property
+test that arbitrary documents only ever raise ProgramError."""
 
 import copy
 import json
@@ -11,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from coda.engine import interpret, transfer
 from coda.engine.factors import ATTRIBUTES, FACTORS
 from coda.learn.text2potential import sparse_fragment
 from coda.memory import programs as P
@@ -270,7 +272,7 @@ def test_validate_program_dispatches_on_kind():
 # -- interpreter ---------------------------------------------------------------------------------------------
 def test_apply_samples_clamps_and_keeps_family_invariants(catalog):
     base = seed_scene(catalog, "pick_place")
-    out = P.apply_generation(RICH, base, np.random.default_rng(0), catalog)
+    out = interpret.apply_generation(RICH, base, np.random.default_rng(0), catalog)
     t, c = out.role("target"), out.role("container")
     assert 0.5 <= out.objects[t].mass <= 0.8
     assert out.spatial.poses[t].yaw == 1.2
@@ -296,7 +298,7 @@ def test_apply_samples_clamps_and_keeps_family_invariants(catalog):
         perturbs="mass",
         constraints=[],
     )
-    out = P.apply_generation(far, base, np.random.default_rng(0), catalog)
+    out = interpret.apply_generation(far, base, np.random.default_rng(0), catalog)
     assert out.objects[t].mass == space["mass"][1]
     assert (out.spatial.poses[t].x, out.spatial.poses[t].y) == (space["target_x"][1], space["target_y"][0])
     assert (out.spatial.poses[c].x, out.spatial.poses[c].y) == (
@@ -315,8 +317,8 @@ def test_apply_is_deterministic_given_the_generator(catalog):
             {"op": "sample", "role": "target", "attribute": "instance"},
         ]
     )
-    a = P.apply_generation(prog, base, np.random.default_rng(7), catalog)
-    b = P.apply_generation(prog, base, np.random.default_rng(7), catalog)
+    a = interpret.apply_generation(prog, base, np.random.default_rng(7), catalog)
+    b = interpret.apply_generation(prog, base, np.random.default_rng(7), catalog)
     assert a.hash == b.hash and a != base
 
 
@@ -324,7 +326,7 @@ def test_push_goal_follows_the_target_and_goal_offset_moves_goal_and_region(cata
     base = seed_scene(catalog, "push", 1)
     t, g = base.role("target"), base.role("goal")
     offset = np.subtract(base.task.goal, [base.spatial.poses[t].x, base.spatial.poses[t].y])
-    moved = P.apply_generation(
+    moved = interpret.apply_generation(
         {
             "family": "push",
             "operations": [{"op": "shift", "role": "target", "attribute": "position", "by": [0.03, 0.05]}],
@@ -339,12 +341,12 @@ def test_push_goal_follows_the_target_and_goal_offset_moves_goal_and_region(cata
         "family": "push",
         "operations": [{"op": "set", "attribute": "goal_offset", "value": [-0.1, 0.12]}],
     }
-    out = P.apply_generation(prog, base, np.random.default_rng(0), catalog)
+    out = interpret.apply_generation(prog, base, np.random.default_rng(0), catalog)
     assert out.task.goal == (out.spatial.poses[g].x, out.spatial.poses[g].y)
     assert out.task.goal == pytest.approx(
         (base.spatial.poses[t].x - 0.1, base.spatial.poses[t].y + 0.12), abs=1e-4
     )
-    far = P.apply_generation(
+    far = interpret.apply_generation(
         {**prog, "operations": [{"op": "scale", "attribute": "goal_offset", "by": 10}]},
         base,
         np.random.default_rng(0),
@@ -363,7 +365,7 @@ def test_drawer_yaw_and_instance_keep_the_goal_consistent(catalog):
             {"op": "sample", "role": "cabinet", "attribute": "instance", "categories": ["drawer_triple"]},
         ],
     }
-    out = P.apply_generation(prog, base, np.random.default_rng(0), catalog)
+    out = interpret.apply_generation(prog, base, np.random.default_rng(0), catalog)
     cab = out.objects[out.role("cabinet")]
     assert out.spatial.poses[0].yaw == out.task.goal[2] == 0.45  # clamped to the generator's cabinet_yaw
     assert cab.category == "drawer_triple" and out.task.goal[0] == 2.0  # the top of three drawers
@@ -375,7 +377,7 @@ def test_distractors_are_dropped_or_added_from_the_training_pool(catalog):
     pool = {a.asset_id for a in REGISTRY["stack"].pool(catalog, "generator")}
     for n in (0, 3, 1):
         prog = {"family": "stack", "operations": [{"op": "set", "attribute": "distractors", "value": n}]}
-        out = P.apply_generation(prog, base, np.random.default_rng(n), catalog)
+        out = interpret.apply_generation(prog, base, np.random.default_rng(n), catalog)
         extra = [i for i in range(len(out.objects)) if i not in out.task.bindings.values()]
         assert len(extra) == n
         assert out.objects[out.role("top")] == base.objects[base.role("top")]
@@ -397,7 +399,7 @@ def test_interpreter_never_produces_heldout_instances_categories_or_templates(ca
         rng = np.random.default_rng(0)
         seen = set()
         for _ in range(150):
-            out = P.apply_generation(prog, base, rng, catalog)
+            out = interpret.apply_generation(prog, base, rng, catalog)
             assert out.task.template_id < TRAIN_TEMPLATES
             for obj in out.objects:
                 if not obj.asset_id.startswith("fixture/"):
@@ -415,7 +417,7 @@ def test_interpreter_never_produces_heldout_instances_categories_or_templates(ca
     base = seed_scene(catalog, "stack")
     suite = REGISTRY["stack"].sample(np.random.default_rng(0), catalog, "tasks")
     with pytest.raises(ProgramError, match=r"^base\.task\.template_id"):
-        P.apply_generation(
+        interpret.apply_generation(
             {"family": "stack", "operations": [{"op": "set", "attribute": "mass", "value": 0.1}]},
             suite,
             np.random.default_rng(0),
@@ -427,24 +429,26 @@ def test_interpreter_never_produces_heldout_instances_categories_or_templates(ca
 def test_cannot_apply_errors(catalog):
     stack = seed_scene(catalog, "stack")
     with pytest.raises(ProgramError, match="^family: "):
-        P.apply_generation(mass_program(), stack, np.random.default_rng(0), catalog)
+        interpret.apply_generation(mass_program(), stack, np.random.default_rng(0), catalog)
     pp = seed_scene(catalog, "pick_place")
     with pytest.raises(ProgramError, match=r"^bindings\.target"):
-        P.apply_generation(mass_program(), pp, np.random.default_rng(0), catalog, bindings={"target": 99})
+        interpret.apply_generation(
+            mass_program(), pp, np.random.default_rng(0), catalog, bindings={"target": 99}
+        )
     with pytest.raises(
         ProgramError, match=r"^operations\[0\]\.role"
     ):  # the bin plays no role with a mass factor
-        P.apply_generation(
+        interpret.apply_generation(
             mass_program(), pp, np.random.default_rng(0), catalog, bindings={"target": pp.role("container")}
         )
     impossible = mass_program(
         constraints=[{"relation": "max_distance", "roles": ["target", "container"], "value": 0.01}]
     )
     with pytest.raises(ProgramError, match=r"^constraints\[0\]"):
-        P.apply_generation(impossible, pp, np.random.default_rng(0), catalog)
+        interpret.apply_generation(impossible, pp, np.random.default_rng(0), catalog)
     drawer = seed_scene(catalog, "drawer")
     prog = {"family": "pick_place", "operations": [{"op": "set", "attribute": "distractors", "value": 1}]}
-    assert P.bind_roles(prog, drawer, catalog) == []  # drawer scenes have no distractors factor
+    assert transfer.bind_roles(prog, drawer, catalog) == []  # drawer scenes have no distractors factor
 
 
 # -- binding and transfer (Appendix A) ------------------------------------------------------------------------
@@ -465,7 +469,7 @@ def test_transfer_pick_place_to_stack_and_push_binds_and_applies(catalog):
         )
     )
     for family, role in (("stack", "top"), ("push", "target")):
-        lifted = P.transfer_program(prog, family)
+        lifted = transfer.transfer_program(prog, family)
         assert (
             lifted["family"] == family and lifted["source"] == "transfer" and lifted["parent"] == prog["id"]
         )
@@ -475,16 +479,16 @@ def test_transfer_pick_place_to_stack_and_push_binds_and_applies(catalog):
             (None, "distractors"),
         ]
         scene = seed_scene(catalog, family, 6)
-        bindings = P.bind_roles(lifted, scene, catalog)
+        bindings = transfer.bind_roles(lifted, scene, catalog)
         assert bindings and bindings[0] == {role: scene.role(role)}
-        out = P.apply_generation(lifted, scene, np.random.default_rng(0), catalog, bindings[0])
+        out = interpret.apply_generation(lifted, scene, np.random.default_rng(0), catalog, bindings[0])
         assert 0.3 <= out.objects[out.role(role)].mass <= 0.4
         assert len(out.objects) == len(out.task.bindings) + 2
-        assert P.bound_factors(lifted, scene, bindings[0]) == ["mass", "distractors"]
+        assert transfer.bound_factors(lifted, scene, bindings[0]) == ["mass", "distractors"]
     # the bin's position has no counterpart in stack; instruction carries over to drawers
     only_bin = _gen(operations=[prog["operations"][1]], constraints=[], perturbs="container_position")
-    assert P.transfer_program(only_bin, "stack") is None
-    assert P.transfer_program(RICH, "drawer")["operations"] == [
+    assert transfer.transfer_program(only_bin, "stack") is None
+    assert transfer.transfer_program(RICH, "drawer")["operations"] == [
         {"op": "sample", "role": None, "attribute": "instruction"}
     ]
     # held-out categories of the new family are dropped (cylinder is held out for stack)
@@ -492,12 +496,12 @@ def test_transfer_pick_place_to_stack_and_push_binds_and_applies(catalog):
         "family": "pick_place",
         "operations": [{"op": "sample", "attribute": "instance", "categories": ["cube", "cylinder"]}],
     }
-    assert P.transfer_program(inst, "stack")["operations"][0]["categories"] == ["cube"]
+    assert transfer.transfer_program(inst, "stack")["operations"][0]["categories"] == ["cube"]
 
 
 def test_bind_roles_returns_at_most_three_distinct_bindings(catalog):
     scene = REGISTRY["stack"].sample(np.random.default_rng(11), catalog, "generator")
-    scene = P.apply_generation(
+    scene = interpret.apply_generation(
         {"family": "stack", "operations": [{"op": "set", "attribute": "distractors", "value": 3}]},
         scene,
         np.random.default_rng(0),
@@ -509,21 +513,24 @@ def test_bind_roles_returns_at_most_three_distinct_bindings(catalog):
         "operations": [{"op": "sample", "attribute": "instruction"}],
         "constraints": [{"relation": "max_distance", "roles": ["top", "base"], "value": 2.0}],
     }
-    bindings = P.bind_roles(prog, scene, catalog)
+    bindings = transfer.bind_roles(prog, scene, catalog)
     assert len(bindings) == 3 and bindings[0] == {"top": scene.role("top"), "base": scene.role("base")}
     assert (
         all(len(set(b.values())) == len(b) for b in bindings)
         and len({tuple(sorted(b.items())) for b in bindings}) == 3
     )
-    assert len(P.bind_roles(prog, scene, catalog, max_bindings=1)) == 1
+    assert len(transfer.bind_roles(prog, scene, catalog, max_bindings=1)) == 1
     # a position operation on "top" may bind the top or the base block (both have a position factor), never a distractor
     pos = {
         "family": "stack",
         "operations": [{"op": "set", "role": "top", "attribute": "position", "value": [0.4, 0.25]}],
     }
-    assert P.bind_roles(pos, scene, catalog) == [{"top": scene.role("top")}, {"top": scene.role("base")}]
-    for b in P.bind_roles(pos, scene, catalog):
-        out = P.apply_generation(pos, scene, np.random.default_rng(0), catalog, b)
+    assert transfer.bind_roles(pos, scene, catalog) == [
+        {"top": scene.role("top")},
+        {"top": scene.role("base")},
+    ]
+    for b in transfer.bind_roles(pos, scene, catalog):
+        out = interpret.apply_generation(pos, scene, np.random.default_rng(0), catalog, b)
         moved = [i for i, (p, q) in enumerate(zip(out.spatial.poses, scene.spatial.poses)) if p != q]
         assert moved == [b["top"]] and (out.spatial.poses[b["top"]].x, out.spatial.poses[b["top"]].y) == (
             0.4,
@@ -648,13 +655,13 @@ def _exercise(doc, catalog, scenes, seed):
     except ProgramError:
         return
     for scene in scenes.values():
-        for bindings in P.bind_roles(prog, scene, catalog)[:1] or [None]:
+        for bindings in transfer.bind_roles(prog, scene, catalog)[:1] or [None]:
             try:
-                P.apply_generation(prog, scene, np.random.default_rng(seed), catalog, bindings)
+                interpret.apply_generation(prog, scene, np.random.default_rng(seed), catalog, bindings)
             except ProgramError:
                 pass
     for family in REGISTRY:
-        P.transfer_program(prog, family)
+        transfer.transfer_program(prog, family)
 
 
 class Fixed:
@@ -785,7 +792,7 @@ def test_well_formed_programs_stay_in_the_generator_space(fixed, data):
     prog = P.validate_generation(data.draw(well_formed(family)))
     base = fixed.scenes[family]
     try:
-        out = P.apply_generation(
+        out = interpret.apply_generation(
             prog, base, np.random.default_rng(data.draw(st.integers(0, 99))), fixed.catalog
         )
     except ProgramError as e:

@@ -1,19 +1,13 @@
 """SFT: demonstrations -> chunk dataset -> behaviour cloning -> closed-loop success; the `coda sft` command."""
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from coda import data
 from coda.learn.train import chunk_dataset, demo_job, eval_job, train_sft
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -55,33 +49,10 @@ def test_sft_on_a_handful_of_demos_succeeds_on_those_seeds(small_data, worker_wo
     assert sum(wins) >= 2, wins
 
 
-def test_coda_sft_command(small_data, tmp_path):
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["profiles"]["smoke"]["sft"].update(
-        demos_per_family=2, demo_repeats=1, epochs=2, eval_id_per_family=1, eval_ood_per_suite=1
-    )
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+def test_coda_sft_command(make_coda, make_params, small_data, tmp_path):
     out = tmp_path / "run"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "coda",
-            "sft",
-            "--params",
-            str(tmp_path / "params.yaml"),
-            "--profile",
-            "smoke",
-            "--out",
-            str(out),
-            "--data",
-            str(small_data),
-            "--workers",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
+    r = make_coda(make_params(sft={"epochs": 2}), small_data).train_sft(
+        out, workers=1, check=False, timeout=900
     )
     assert r.returncode == 0, r.stderr[-2000:]
     m = json.loads((out / "metrics.json").read_text())

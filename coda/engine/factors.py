@@ -11,54 +11,15 @@ phase of a family fail, most plausible first. It is domain knowledge about the t
 
 from __future__ import annotations
 
-from coda.sim.families import REGISTRY
-
-ATTRIBUTES = (
-    "position",
-    "yaw",
-    "scale",
-    "mass",
-    "friction",
-    "instance",
-    "distractors",
-    "instruction",
-    "goal_offset",
-    "part",
+# the factor vocabulary is part of the program schema: it lives in coda.memory.factors (re-exported here)
+from coda.memory.factors import (  # noqa: F401
+    ATTRIBUTES,
+    FACTORS,
+    PRIMARY_ROLE,
+    SCENE_ATTRIBUTES,
+    factor_name,
+    factor_target,
 )
-SCENE_ATTRIBUTES = ("distractors", "instruction")  # attributes of the scene, not of one role
-
-# the role whose object attributes (scale, mass, friction, instance) a family's factors refer to
-PRIMARY_ROLE = {"pick_place": "target", "stack": "top", "push": "target", "drawer": "cabinet"}
-
-# family -> factor -> (role or None, attribute)
-FACTORS: dict[str, dict[str, tuple[str | None, str]]] = {}
-for _family, _cls in REGISTRY.items():
-    _table: dict[str, tuple[str | None, str]] = {}
-    for _factor in _cls.factors:
-        if _factor in SCENE_ATTRIBUTES:
-            _table[_factor] = (None, _factor)
-        elif _factor.endswith("_position") or _factor.endswith("_yaw"):
-            _role, _attr = _factor.rsplit("_", 1)
-            _table[_factor] = (_role, _attr)
-        elif _factor == "goal_offset":
-            _table[_factor] = ("goal", "goal_offset")
-        else:
-            _table[_factor] = (PRIMARY_ROLE[_family], _factor)
-    FACTORS[_family] = _table
-
-
-def factor_name(family: str, role: str | None, attribute: str) -> str | None:
-    """The family's factor for (role, attribute), or None when the family has no such factor."""
-    for factor, (r, a) in FACTORS[family].items():
-        if a == attribute and (r == role or a in SCENE_ATTRIBUTES):
-            return factor
-    return None
-
-
-def factor_target(family: str, factor: str) -> tuple[str | None, str]:
-    """(role or None, attribute) of a family factor; KeyError for an unknown factor."""
-    return FACTORS[family][factor]
-
 
 # family -> phase -> factors that can plausibly make that phase fail, most plausible first
 PHASE_FACTORS: dict[str, dict[str, tuple[str, ...]]] = {

@@ -16,12 +16,12 @@ workers:
 * ``uniform``: every environment sampled uniformly from the generator space (open loop).
 * ``domain_rand``: seed scenes with every randomisable factor re-drawn around the seed value (open loop).
 
-`validate_mode` is the control experiment that decides whether a diagnosed difficulty is real.
+The control experiment that decides whether a diagnosed difficulty is real is `coda.engine.control`.
 """
 
 from __future__ import annotations
 
-import math
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,7 +130,12 @@ def split_budget(n: int, novel_share: float, replay_share: float, n_modes: int) 
 
 
 def seed_for(seed: int, round_: int, family: str, split: str, index: int) -> list[int]:
-    fam = sorted(FACTORS).index(family)
+    """The job seed of a request. PyBullet families are numbered by name; another domain's families (LIBERO
+    source tasks) by a stable hash of the name, above them."""
+    if family in FACTORS:
+        fam = sorted(FACTORS).index(family)
+    else:
+        fam = len(FACTORS) + zlib.crc32(family.encode()) % 1_000_000
     return [seed, round_, fam, SPLIT_CODES[split], index]
 
 
@@ -196,7 +201,7 @@ def draw_bases(rng: np.random.Generator, n_bases: int, count: int, p: np.ndarray
 
     A control is the base scene itself, rolled out by the round's deterministic actor, so a base drawn twice
     in a round measures the same control twice: the second pair adds a targeted variant but no new control
-    observation, and the McNemar test of `validate_mode` would count one control outcome as several
+    observation, and the McNemar test of the control experiment (`coda.engine.control`) would count one control outcome as several
     independent pairs. Each draw is the one ``rng.choice(n_bases, p=p)`` makes, redrawn while it repeats a
     base of the current cycle: a round without repeats draws exactly what independent draws would."""
     support = n_bases if p is None else int(np.count_nonzero(np.asarray(p) > 0))
@@ -337,57 +342,6 @@ def domain_rand_requests(
             )
         )
     return out
-
-
-# -- the control experiment ------------------------------------------------------------------------------
-def mcnemar_p(targeted: Sequence[bool], control: Sequence[bool]) -> float:
-    """One-sided exact McNemar p-value that targeted success is lower than control success (paired)."""
-    b = sum(1 for t, c in zip(targeted, control) if c and not t)  # control succeeded, targeted failed
-    c_ = sum(1 for t, c in zip(targeted, control) if t and not c)
-    n = b + c_
-    if n == 0:
-        return 1.0
-    return float(sum(math.comb(n, k) for k in range(b, n + 1)) / 2**n)
-
-
-def validate_mode(
-    targeted: Sequence[bool],
-    control: Sequence[bool],
-    *,
-    margin: float,
-    min_pairs: int,
-    alpha: float = 0.25,
-) -> dict[str, Any]:
-    """Decide a candidate mode from its paired targeted/control outcomes (accumulated over rounds).
-
-    The test, on n pairs (a targeted variant and its control share a base scene):
-    * n < `min_pairs`: undecided;
-    * validated when control success − targeted success ≥ `margin` *and* the exact one-sided McNemar test
-      (discordant pairs) gives p ≤ `alpha`: the generation program really recreates a difficulty;
-    * rejected when the drop is below margin / 2, or when 2 · `min_pairs` pairs still do not validate it;
-    * otherwise undecided (more pairs next round).
-    """
-    n = min(len(targeted), len(control))
-    targeted, control = list(targeted[:n]), list(control[:n])
-    t = float(np.mean(targeted)) if n else float("nan")
-    c = float(np.mean(control)) if n else float("nan")
-    p = mcnemar_p(targeted, control)
-    decision = "undecided"
-    if n >= min_pairs:
-        if c - t >= margin and p <= alpha:
-            decision = "validated"
-        elif c - t < margin / 2 or n >= 2 * min_pairs:
-            decision = "rejected"
-    return {
-        "decision": decision,
-        "pairs": n,
-        "targeted_success": round(t, 4) if n else None,
-        "control_success": round(c, 4) if n else None,
-        "drop": round(c - t, 4) if n else None,
-        "mcnemar_p": round(p, 4),
-        "margin": margin,
-        "alpha": alpha,
-    }
 
 
 def exhibits(program: dict, scene) -> bool:

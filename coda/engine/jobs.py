@@ -35,7 +35,7 @@ def generate_job(job: dict[str, Any]) -> dict[str, Any]:
     generation step first), whether the planner certified it, and the planner's demonstration (obs, actions).
     """
     from coda import data
-    from coda.memory.programs import apply_generation
+    from coda.engine.interpret import apply_generation
     from coda.sim.families import REGISTRY
     from coda.sim.scene import SceneSpec
     from coda.sim.validity import certify_scene

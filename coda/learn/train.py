@@ -77,6 +77,39 @@ def demo_job(job: tuple[str, float, int]) -> dict[str, Any]:
     }
 
 
+def pack_demos(demos: list[dict[str, Any]], obs_dim: int) -> dict[str, np.ndarray]:
+    """Demonstrations as flat arrays for one ``.npz`` (no pickles): per-demo lengths, concatenated obs
+    (sum T, obs_dim) and labels (sum T, 7), instructions and families; `unpack_demos` inverts it."""
+    lengths = np.array([len(d["obs"]) for d in demos], dtype=np.int64)
+    return {
+        "lengths": lengths,
+        "obs": np.concatenate([d["obs"] for d in demos]) if demos else np.zeros((0, obs_dim), np.float32),
+        "labels": np.concatenate([d["labels"][: len(d["obs"])] for d in demos])
+        if demos
+        else np.zeros((0, 7), np.float32),
+        "instruction": np.array([d["instruction"] for d in demos], dtype=str),
+        "family": np.array([d.get("family", "") for d in demos], dtype=str),
+    }
+
+
+def unpack_demos(z) -> list[dict[str, Any]]:
+    """The demonstrations of a `pack_demos` archive (an opened ``np.load``)."""
+    families = z["family"].tolist() if "family" in z else [""] * len(z["lengths"])
+    out, k = [], 0
+    for i, n in enumerate(z["lengths"].tolist()):
+        out.append(
+            {
+                "obs": z["obs"][k : k + n],
+                "labels": z["labels"][k : k + n],
+                "instruction": str(z["instruction"][i]),
+                "family": str(families[i]),
+                "success": True,
+            }
+        )
+        k += n
+    return out
+
+
 def chunk_dataset(demos: list[dict[str, Any]]) -> dict[str, Any]:
     """Every control step of every successful demonstration starts a training chunk of the next 8 labels.
 

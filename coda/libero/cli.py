@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from coda.errors import UserError
+
 
 def add_libero_commands(sub) -> None:
     lib = sub.add_parser(
@@ -28,7 +30,6 @@ def add_libero_commands(sub) -> None:
 
 
 def run_libero_command(args, cfg) -> int:
-    from coda.cli import UserError
     from coda.learn.train import write_json
     from coda.libero import run as lr
     from coda.sim.libero import LiberoUnavailable

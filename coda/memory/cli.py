@@ -2,7 +2,7 @@
 
 `add_memory_commands` adds the ``memory`` command to the ``coda`` parser; `run_memory_command` runs it.
 Problems the user can fix (no snapshot at PATH, a corrupt download, an unknown repo, offline mode) raise
-`coda.cli.UserError`, which ``coda`` prints as one line (exit status 2).
+`coda.errors.UserError`, which ``coda`` prints as one line (exit status 2).
 
 Example:
     $ coda memory inspect runs/coda --json
@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 from typing import Any
+
+from coda.errors import UserError
 
 
 def add_memory_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -58,8 +60,6 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def _user_error(message: str) -> Exception:
-    from coda.cli import UserError  # lazily: coda.cli imports this module
-
     return UserError(" ".join(str(message).split()))
 
 

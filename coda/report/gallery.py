@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from coda.report.runs import RunResult
+from coda.report.common import pyplot, save_figure
+from coda.report.runs import RunResult, Runs
 
 PER_FAMILY = 3  # variations shown per family, beside its seed scene
 
@@ -70,3 +71,28 @@ def render_scenes(scenes, data_dir: str | Path, image_size: int = 160) -> list[n
         return images
     finally:
         world.close()
+
+
+def figure6_gallery(
+    runs: Runs, out: Path, data_dir: str | Path = "data", image_size: int = 160
+) -> list[Path]:
+    """Validated variations: per family, a seed scene and targeted scenes of CoDA seed 0's validated modes."""
+    plt = pyplot()
+    picks = gallery_scenes(runs.seed_run("coda"), data_dir)
+    images = render_scenes([s for _, _, s in picks], data_dir, image_size)
+    cols = max(
+        1, max((sum(1 for f, _, _ in picks if f == fam) for fam in {f for f, _, _ in picks}), default=1)
+    )
+    fams = sorted({f for f, _, _ in picks})
+    fig, axes = plt.subplots(
+        len(fams) or 1, cols, figsize=(2.2 * cols, 2.3 * max(1, len(fams))), squeeze=False
+    )
+    for ax in axes.flat:
+        ax.axis("off")
+    for i, fam in enumerate(fams):
+        items = [(lab, img) for (f, lab, _), img in zip(picks, images) if f == fam]
+        for k, (lab, img) in enumerate(items):
+            axes[i, k].imshow(img)
+            axes[i, k].set_title(f"{fam}: {lab}", fontsize=6)
+    fig.suptitle("Figure 6: seed scenes and validated variations (CoDA seed 0 memory)", fontsize=9)
+    return save_figure(fig, out, "figure6_gallery")

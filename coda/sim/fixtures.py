@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pybullet as p
 
+from coda.sim.context import Body
 from coda.sim.scene import ObjectSpec, Pose
 
 BIN_INNER = (0.09, 0.11)  # inner half sizes (x, y) at scale 1
@@ -14,8 +15,6 @@ FIXTURES = {"fixture/bin": "bin", "fixture/region": "region"}
 
 
 def spawn(client: int, obj: ObjectSpec, pose: Pose, *, visual: bool):
-    from coda.sim.world import Body
-
     kind = FIXTURES.get(obj.asset_id)
     if kind is None:
         raise ValueError(f"unknown fixture {obj.asset_id!r}; expected one of {sorted(FIXTURES)}")

@@ -15,8 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from coda.sim.context import SceneContext
 from coda.sim.families import REGISTRY
-from coda.sim.families.base import SceneContext
 from coda.sim.scene import SceneSpec
 from coda.sim.world import N_ROLE_SLOTS, OBS_DIM, World
 

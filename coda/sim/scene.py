@@ -13,14 +13,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from coda.sim.tasks import RULES, SceneSpecError
+
 SPEC_VERSION = 1
 # Arena bounds (metres, robot base at the origin): anything outside cannot be on the table.
 ARENA_X = (0.15, 0.95)
 ARENA_Y = (-0.55, 0.55)
-
-
-class SceneSpecError(ValueError):
-    """A scene specification field is missing or invalid; the message starts with the field path."""
 
 
 def _err(path: str, msg: str) -> SceneSpecError:
@@ -204,12 +202,10 @@ def from_dict(d: Any) -> SceneSpec:
 
 def validate(spec: SceneSpec) -> None:
     """Check every field; raises `SceneSpecError` naming the first bad one."""
-    from coda.sim.families import REGISTRY  # local import: families import this module
-
     t = spec.task
-    if t.family not in REGISTRY:
-        raise _err("task.family", f"unknown family {t.family!r}; expected one of {sorted(REGISTRY)}")
-    fam = REGISTRY[t.family]
+    if t.family not in RULES:
+        raise _err("task.family", f"unknown family {t.family!r}; expected one of {sorted(RULES)}")
+    fam = RULES[t.family]
     if t.variant not in fam.variants:
         raise _err("task.variant", f"unknown variant {t.variant!r} for {t.family}; expected {fam.variants}")
     if isinstance(t.template_id, bool) or not isinstance(t.template_id, int):
@@ -252,4 +248,4 @@ def validate(spec: SceneSpec) -> None:
             raise _err(f"objects[{i}].rgba", f"expected 4 numbers, got {len(o.rgba)}")
         for k, c in enumerate(o.rgba):
             _num(f"objects[{i}].rgba[{k}]", c, 0.0, 1.0)
-    fam.validate_spec(spec)
+    fam.check(spec)

@@ -12,15 +12,16 @@ default is off by centimetres) and drives the arm with position control for 24 p
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pybullet as p
 import pybullet_data
 
-from coda.sim import numerics
+from coda.sim import assets, fixtures, numerics
+from coda.sim.context import Body, SceneContext
 from coda.sim.scene import SceneSpec
+from coda.sim.tasks import RULES
 
 ARM_JOINTS = list(range(7))
 FINGER_JOINTS = [9, 10]
@@ -39,20 +40,6 @@ DOWN_QUAT = p.getQuaternionFromEuler([np.pi, 0.0, 0.0])
 CAMERAS = (((0.05, 0.5, 0.7), (0.55, 0.0, 0.05)), ((0.55, -0.85, 0.55), (0.5, 0.0, 0.05)))
 OBS_DIM = 50  # 15 proprio + 3 role slots x 9 + 4 goal + 4 family one-hot
 N_ROLE_SLOTS = 3
-
-
-@dataclass
-class Body:
-    """A spawned scene object and the geometry predicates need."""
-
-    uid: int
-    half_extents: np.ndarray  # scaled AABB half sizes in the object frame
-    fixed: bool = False
-    movable_joints: list[int] = field(default_factory=list)
-    joint_limits: list[tuple[float, float]] = field(default_factory=list)
-    handle_links: list[int] = field(default_factory=list)
-    handle_local: list[np.ndarray] = field(default_factory=list)
-    inner: np.ndarray | None = None  # containers: inner half sizes (x, y) and floor height
 
 
 class World:
@@ -80,11 +67,8 @@ class World:
         self.ik_threshold = ik_threshold
         self.client = p.connect(p.DIRECT)
         c = self.client
-        from coda.sim.assets import clear_caches
-
-        clear_caches(
-            c
-        )  # pybullet reuses the ids of disconnected clients: forget shapes cached for an old one
+        # pybullet reuses the ids of disconnected clients: forget shapes cached for an old one
+        assets.clear_caches(c)
         p.setTimeStep(1.0 / physics_hz, physicsClientId=c)
         p.setGravity(0, 0, -9.81, physicsClientId=c)
         # sort contact pairs so that a scene simulates identically whatever was loaded and removed before it
@@ -124,15 +108,11 @@ class World:
     @property
     def catalog(self):
         if self._catalog is None:
-            from coda.sim.assets import load_catalog
-
-            self._catalog = load_catalog(self.data_dir)
+            self._catalog = assets.load_catalog(self.data_dir)
         return self._catalog
 
     def load(self, scene: SceneSpec, settle_s: float = 0.25) -> None:
         """Swap in `scene`'s objects, settle them with the arm at home, and snapshot the result."""
-        from coda.sim import fixtures
-
         c = self.client
         for b in self.bodies:
             p.removeBody(b.uid, physicsClientId=c)
@@ -148,10 +128,7 @@ class World:
             else:
                 body = self._spawn_asset(obj, pose)
             self.bodies.append(body)
-        from coda.sim.families import REGISTRY
-        from coda.sim.families.base import SceneContext
-
-        REGISTRY[scene.family].on_load(self, scene)
+        RULES[scene.family].setup(self, scene)
         n_settle = int(settle_s * self.substeps * 10)
         for _ in range(n_settle):
             p.stepSimulation(physicsClientId=c)
@@ -168,8 +145,6 @@ class World:
         self.steps += n
 
     def _spawn_asset(self, obj, pose) -> Body:
-        from coda.sim import assets
-
         c = self.client
         asset = self.catalog.by_id(obj.asset_id)
         if isinstance(asset, assets.ArticulatedAsset):

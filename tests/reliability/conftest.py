@@ -10,33 +10,19 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from rel_helpers import EPISODE_TIMEOUT_S, Coda, GarbageLLM, tiny_params, write_params
+from rel_helpers import EPISODE_TIMEOUT_S, TINY, GarbageLLM
 
 
 @pytest.fixture(scope="session")
-def rel_params(tmp_path_factory) -> Path:
-    return write_params(tmp_path_factory.mktemp("rel-params") / "params.yaml", tiny_params())
+def rel_params(make_params) -> Path:
+    return make_params(**TINY)
 
 
 @pytest.fixture(scope="session")
-def coda(small_data, rel_params, tmp_path_factory) -> Coda:
+def coda(make_coda, small_data, rel_params, tmp_path_factory):
     """The CLI runner with a trained SFT policy (one per session)."""
-    sft = tmp_path_factory.mktemp("rel-sft")
-    runner = Coda(rel_params, small_data)
-    runner(
-        "sft",
-        "--params",
-        rel_params,
-        "--profile",
-        "smoke",
-        "--out",
-        sft,
-        "--data",
-        small_data,
-        "--workers",
-        "2",
-    )
-    runner.sft = sft
+    runner = make_coda(rel_params, small_data)
+    runner.train_sft(tmp_path_factory.mktemp("rel-sft"))
     return runner
 
 
@@ -49,16 +35,21 @@ def reference_run(coda, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def faulty_run(coda, small_data, tmp_path_factory):
+def faulty_run(coda, make_params, small_data):
     """One round of `coda run` in a faulty world: the program writer is an LLM endpoint that returns only
     garbage, one evaluation episode segfaults its worker and another hangs it (`CODA_FAULT_INJECT`)."""
     from coda import data
     from coda.sim.families.ranges import SUITES
 
     llm = GarbageLLM()
-    params = tiny_params(rounds=1, compiler="openai", llm_model="stub-writer", llm_endpoint=llm.url)
-    params["profiles"]["smoke"]["sim"].update(episode_timeout_s=EPISODE_TIMEOUT_S, retries=1)
-    path = write_params(tmp_path_factory.mktemp("rel-faulty") / "params.yaml", params)
+    path = make_params(
+        **TINY,
+        sim={"episode_timeout_s": EPISODE_TIMEOUT_S, "retries": 1},
+        rounds=1,
+        compiler="openai",
+        llm_model="stub-writer",
+        llm_endpoint=llm.url,
+    )
     hang = data.suite_scenes(small_data, "pick_place", SUITES[0], 1)[0].hash
     crash = data.suite_scenes(small_data, "push", SUITES[-1], 1)[0].hash
     out = path.parent / "run"

@@ -5,7 +5,7 @@ import copy
 
 import pytest
 import yaml
-from rel_helpers import ROOT, Coda
+from rel_helpers import ROOT
 
 BASE = yaml.safe_load((ROOT / "params.yaml").read_text())
 
@@ -70,12 +70,12 @@ CASES = {
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_bad_params_exit_2_with_one_line_naming_the_key(name, tmp_path):
+def test_bad_params_exit_2_with_one_line_naming_the_key(name, coda_cli, tmp_path):
     text, key, expected = CASES[name]
     params = tmp_path / "params.yaml"
     params.write_text(text())
     # a real command line: the run never starts, whatever its other arguments
-    r = Coda(params, tmp_path / "no-data")(
+    r = coda_cli(
         "run", "--params", params, "--profile", "smoke", "--method", "coda", "--out", tmp_path / "out",
         check=False, timeout=120,
     )  # fmt: skip
@@ -87,13 +87,12 @@ def test_bad_params_exit_2_with_one_line_naming_the_key(name, tmp_path):
     assert not (tmp_path / "out").exists()  # nothing was written
 
 
-def test_bad_command_line_values_are_one_line_errors(tmp_path):
-    coda = Coda(ROOT / "params.yaml", tmp_path)
-    r = coda("run", "--method", "coda", "--out", tmp_path / "o", "--data", tmp_path / "none", check=False)
+def test_bad_command_line_values_are_one_line_errors(coda_cli, tmp_path):
+    r = coda_cli("run", "--method", "coda", "--out", tmp_path / "o", "--data", tmp_path / "none", check=False)
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines() == [
         f"error: {tmp_path / 'none'}: no built data here; run `coda data ensure` "
         f"(or `coda data build --out {tmp_path / 'none'}`)"
     ]
-    r = coda("prune", tmp_path / "missing", check=False)
+    r = coda_cli("prune", tmp_path / "missing", check=False)
     assert r.returncode == 2 and r.stderr.strip() == f"error: {tmp_path / 'missing'}: not a directory"

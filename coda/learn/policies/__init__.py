@@ -16,9 +16,8 @@ from typing import Any
 from coda.learn.policies.base import ChunkPolicy, PolicyConfig
 from coda.learn.policies.flow import FlowConfig, FlowPolicy
 from coda.learn.policies.lora import LoraSpec, add_lora, base_sha256, load_adapter, merged_copy, save_adapter
+from coda.learn.policies.registry import POLICIES
 from coda.learn.policies.regression import RegressionConfig, RegressionPolicy
-
-POLICIES: dict[str, type[ChunkPolicy]] = {"flow": FlowPolicy, "regression": RegressionPolicy}
 
 
 def make_policy(name: str, **config: Any) -> ChunkPolicy:

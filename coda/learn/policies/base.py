@@ -1,9 +1,10 @@
 """The interface every action-chunk policy implements, and its checkpoint format.
 
 A policy maps a state observation (the 50-D ``Observation.vector``) and an instruction embedding (384-d,
-from `coda.learn.text`) to chunks of h=8 normalised 7-D actions. Subclasses implement `sample` (j
-candidate chunks per observation) and `loss` (per-sample losses, weighted, averaged over the batch);
-this base class adds observation normalisation, `act` for the rollout engine, and checkpoints.
+from `coda.learn.text`) to chunks of h=8 normalised 7-D actions. Subclasses implement `draw` (j
+candidate chunks per observation, which `sample` calls on checked inputs without gradients) and
+`per_sample_loss` (which `loss` weights and averages over the batch); this base class adds those checks,
+observation normalisation, `act` for the rollout engine, and checkpoints.
 
 Checkpoint layout (no pickle anywhere)::
 
@@ -36,6 +37,7 @@ from torch import Tensor, nn
 
 from coda.config import ConfigError
 from coda.learn.policies.lora import base_state_dict, load_adapter, save_adapter
+from coda.learn.policies.registry import POLICIES
 from coda.learn.text import EMBED_DIM, get_encoder
 from coda.sim.world import OBS_DIM
 
@@ -81,9 +83,10 @@ class PolicyConfig:
 
 
 class ChunkPolicy(nn.Module):
-    """Base class: observation normaliser, `act`, checkpoints. Subclasses define `sample` and `loss`."""
+    """Base class: normaliser, `sample`, `loss`, `act`, checkpoints. Subclasses define `draw` and
+    `per_sample_loss`."""
 
-    name: ClassVar[str]  # registry key in coda.learn.policies.POLICIES
+    name: ClassVar[str]  # registry key in coda.learn.policies.registry.POLICIES
     config_class: ClassVar[type[PolicyConfig]]
     lora_targets: ClassVar[tuple[str, ...]]  # names of the nn.Linear modules LoRA adapts
 
@@ -101,6 +104,22 @@ class ChunkPolicy(nn.Module):
     # ----------------------------------------------------------------------------------------------
     # what subclasses implement
 
+    def draw(
+        self, obs: Tensor, instr_emb: Tensor, j: int, generator: torch.Generator | None, clip: bool
+    ) -> Tensor:
+        """`sample` on checked inputs, without gradients."""
+        raise NotImplementedError
+
+    def per_sample_loss(
+        self, obs: Tensor, instr: Tensor, chunk: Tensor, generator: torch.Generator | None
+    ) -> Tensor:
+        """The (B,) training losses behind `loss`, on checked inputs (chunk as float)."""
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------------------------------------
+    # shared machinery
+
+    @torch.no_grad()
     def sample(
         self,
         obs: Tensor,
@@ -111,7 +130,8 @@ class ChunkPolicy(nn.Module):
     ) -> Tensor:
         """`j` candidate chunks per row: obs (B, obs_dim), instr_emb (B, 384) -> (B, j, h, 7) in [-1, 1]
         (``clip=False``: before clipping, for regression targets that must not be biased at the bounds)."""
-        raise NotImplementedError
+        self.check_inputs(obs, instr_emb)
+        return self.draw(obs, instr_emb, j, generator, clip)
 
     def loss(
         self,
@@ -124,10 +144,10 @@ class ChunkPolicy(nn.Module):
         batch: "obs" (B, obs_dim), "instr" (B, 384), "chunk" (B, h, 7). weights (B,) default to ones;
         a zero weight removes the sample's gradient contribution (AWR passes exp(A/β), clipped).
         """
-        raise NotImplementedError
-
-    # ----------------------------------------------------------------------------------------------
-    # shared machinery
+        obs, instr, chunk = batch["obs"], batch["instr"], batch["chunk"].float()
+        self.check_inputs(obs, instr)
+        w = self.per_sample_weights(weights, obs.shape[0])
+        return (w * self.per_sample_loss(obs, instr, chunk, generator)).mean()
 
     def fit_normalizer(self, obs: np.ndarray | Tensor, min_std: float = 1e-2) -> None:
         """Set the observation mean/std (buffers, saved with the weights) from SFT observations (N, obs_dim).
@@ -208,9 +228,6 @@ class ChunkPolicy(nn.Module):
     @classmethod
     def from_pretrained(cls, directory: str | Path) -> ChunkPolicy:
         """Rebuild a policy saved by `save_pretrained`; refuses classes outside the registry."""
-        # imported here because the registry imports the backbone modules, which import this one
-        from coda.learn.policies import POLICIES
-
         directory = Path(directory)
         meta = json.loads((directory / CONFIG_FILE).read_text())
         if meta.get("format_version") != FORMAT_VERSION:

@@ -31,6 +31,7 @@ from coda.learn.policies.base import (
     init_weights,
     seeded_init,
 )
+from coda.learn.policies.registry import register_policy
 
 # proprio (ee_pos 3, ee_quat 4, grip 1, q 7) | 3 role slots x 9 | goal 4 + family one-hot 4
 DEFAULT_OBS_SPLIT = (15, 9, 9, 9, 8)
@@ -113,6 +114,7 @@ def time_features(t: Tensor, dim: int) -> Tensor:
     return torch.cat([angles.sin(), angles.cos()], dim=-1)
 
 
+@register_policy
 class FlowPolicy(ChunkPolicy):
     name = "flow"
     config_class = FlowConfig
@@ -157,33 +159,19 @@ class FlowPolicy(ChunkPolicy):
             a = block.action_forward(a, k, v)
         return self.action_out(self.ln_out(a))
 
-    def loss(
-        self,
-        batch: dict[str, Tensor],
-        weights: Tensor | None = None,
-        generator: torch.Generator | None = None,
+    def per_sample_loss(
+        self, obs: Tensor, instr: Tensor, chunk: Tensor, generator: torch.Generator | None
     ) -> Tensor:
-        obs, instr, chunk = batch["obs"], batch["instr"], batch["chunk"].float()
-        self.check_inputs(obs, instr)
         b = obs.shape[0]
-        w = self.per_sample_weights(weights, b)
         noise = torch.randn(chunk.shape, generator=generator)
         t = torch.rand(b, generator=generator)
         x_t = (1.0 - t[:, None, None]) * noise + t[:, None, None] * chunk
         pred = self.velocity(self.context(obs, instr), x_t, self.time_tokens(t))
-        per_sample = (pred - (chunk - noise)).pow(2).mean(dim=(1, 2))  # (B,)
-        return (w * per_sample).mean()
+        return (pred - (chunk - noise)).pow(2).mean(dim=(1, 2))  # (B,)
 
-    @torch.no_grad()
-    def sample(
-        self,
-        obs: Tensor,
-        instr_emb: Tensor,
-        j: int,
-        generator: torch.Generator | None = None,
-        clip: bool = True,
+    def draw(
+        self, obs: Tensor, instr_emb: Tensor, j: int, generator: torch.Generator | None, clip: bool
     ) -> Tensor:
-        self.check_inputs(obs, instr_emb)
         c = self.config
         b = obs.shape[0]
         # the context is computed once per observation and shared by all j candidates and Euler steps

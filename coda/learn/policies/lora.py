@@ -29,17 +29,19 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 import torch
 from safetensors.torch import load_file, save_file
-from torch import Tensor
+from torch import Tensor, nn
 
 # peft is imported where adapters are made, saved or loaded: importing it costs ~3.5 s (it pulls in much of
 # transformers), which every rollout worker and every policy-only process would otherwise pay.
 
-if TYPE_CHECKING:
-    from coda.learn.policies.base import ChunkPolicy
+# The policies these functions take are `ChunkPolicy` instances (they read ``lora``, ``lora_targets`` and
+# ``config.seed``), typed as modules: the base class imports this module for its checkpoints, so this
+# module does not import the base class.
+Policy = TypeVar("Policy", bound=nn.Module)
 
 ADAPTER_FORMAT_VERSION = 1
 ADAPTER_CONFIG_FILE = "adapter_config.json"
@@ -68,12 +70,12 @@ class LoraSpec:
 
 
 def add_lora(
-    policy: ChunkPolicy,
+    policy: Policy,
     rank: int = 8,
     alpha: float = 16.0,
     dropout: float = 0.0,
     targets: tuple[str, ...] | None = None,
-) -> ChunkPolicy:
+) -> Policy:
     """Attach LoRA adapters in place to `targets` (default: the policy's `lora_targets`) and return it.
 
     Adapters start as the identity (B = 0); A is drawn under the policy's seed, so this is deterministic.
@@ -104,12 +106,12 @@ def is_lora_key(name: str) -> bool:
     return "lora_" in name
 
 
-def base_state_dict(policy: ChunkPolicy) -> dict[str, Tensor]:
+def base_state_dict(policy: nn.Module) -> dict[str, Tensor]:
     """The policy's state dict without adapters, under the names it has without LoRA."""
     return {k.replace(".base_layer.", "."): v for k, v in policy.state_dict().items() if not is_lora_key(k)}
 
 
-def base_sha256(policy: ChunkPolicy) -> str:
+def base_sha256(policy: nn.Module) -> str:
     """Content hash of the base weights and buffers (names, dtypes, shapes and bytes)."""
     digest = hashlib.sha256()
     for name, tensor in sorted(base_state_dict(policy).items()):
@@ -119,7 +121,7 @@ def base_sha256(policy: ChunkPolicy) -> str:
     return digest.hexdigest()
 
 
-def save_adapter(policy: ChunkPolicy, directory: str | Path) -> Path:
+def save_adapter(policy: nn.Module, directory: str | Path) -> Path:
     """Write the adapter alone (config with the base hash + LoRA weights); returns the directory."""
     from peft import get_peft_model_state_dict
 
@@ -139,7 +141,7 @@ def save_adapter(policy: ChunkPolicy, directory: str | Path) -> Path:
     return directory
 
 
-def load_adapter(policy: ChunkPolicy, directory: str | Path) -> ChunkPolicy:
+def load_adapter(policy: Policy, directory: str | Path) -> Policy:
     """Load an adapter saved by `save_adapter` onto `policy` (attaching LoRA if needed); returns it.
 
     Raises ValueError when the policy's base weights differ from those the adapter was trained on.
@@ -178,7 +180,7 @@ def load_adapter(policy: ChunkPolicy, directory: str | Path) -> ChunkPolicy:
     return policy
 
 
-def merged_copy(policy: ChunkPolicy) -> ChunkPolicy:
+def merged_copy(policy: Policy) -> Policy:
     """A plain copy of `policy` with its adapters folded into the linear weights (W + scale * B @ A).
 
     For rollout workers that only act: it skips the adapter branch on every call (LoRA roughly doubles

@@ -25,6 +25,7 @@ from coda.learn.policies.base import (
     init_weights,
     seeded_init,
 )
+from coda.learn.policies.registry import register_policy
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class ResidualBlock(nn.Module):
         return x + self.fc2(F.gelu(self.fc1(self.ln(x))))
 
 
+@register_policy
 class RegressionPolicy(ChunkPolicy):
     name = "regression"
     config_class = RegressionConfig
@@ -91,33 +93,20 @@ class RegressionPolicy(ChunkPolicy):
         """Sampling noise scale σ (h, 7)."""
         return self.log_std.clamp(self.config.min_log_std, self.config.max_log_std).exp()
 
-    def loss(
-        self,
-        batch: dict[str, Tensor],
-        weights: Tensor | None = None,
-        generator: torch.Generator | None = None,
+    def per_sample_loss(
+        self, obs: Tensor, instr: Tensor, chunk: Tensor, generator: torch.Generator | None
     ) -> Tensor:
-        """Weighted L1 on the mean plus weighted Gaussian NLL of the residual for log σ (generator unused)."""
-        obs, instr, chunk = batch["obs"], batch["instr"], batch["chunk"].float()
-        self.check_inputs(obs, instr)
-        w = self.per_sample_weights(weights, obs.shape[0])
+        """L1 on the mean plus Gaussian NLL of the residual for log σ, per sample (generator unused)."""
         mean = self.mean_chunk(obs, instr)
         l1 = (mean - chunk).abs().mean(dim=(1, 2))  # (B,)
         # unclamped here so that log σ always gets a gradient; `std()` applies the bounds when sampling
         z = (chunk - mean.detach()) / self.log_std.exp()
         nll = (0.5 * z.pow(2) + self.log_std + 0.5 * math.log(2 * math.pi)).mean(dim=(1, 2))  # (B,)
-        return (w * (l1 + nll)).mean()
+        return l1 + nll
 
-    @torch.no_grad()
-    def sample(
-        self,
-        obs: Tensor,
-        instr_emb: Tensor,
-        j: int,
-        generator: torch.Generator | None = None,
-        clip: bool = True,
+    def draw(
+        self, obs: Tensor, instr_emb: Tensor, j: int, generator: torch.Generator | None, clip: bool
     ) -> Tensor:
-        self.check_inputs(obs, instr_emb)
         c = self.config
         mean = self.mean_chunk(obs, instr_emb)[:, None]  # (B, 1, h, 7)
         noise = torch.randn(obs.shape[0], j, c.horizon, c.action_dim, generator=generator)

@@ -1,9 +1,11 @@
-"""Task-family base class, scene context and the waypoint planner every scripted oracle builds on.
+"""Task-family base class and the waypoint planner every scripted oracle builds on.
 
-A family (Ravens-style) bundles: roles, task variants and instruction templates (the task factor); a
-narrow seed distribution and a wide generator space (`ranges.py`); held-out suite samplers; a sparse
-verifier `success(state, ctx)`; an ordered list of cumulative phase predicates evaluated on simulator
-state; and a scripted closed-loop planner whose trajectory is a demonstration in the policy's action format.
+A family (Ravens-style) bundles: roles, task variants and instruction templates (the task factor, declared
+with the family's spec checks and scene setup in `coda.sim.tasks`); a narrow seed distribution and a wide
+generator space (`ranges.py`); held-out suite samplers; a sparse verifier `success(state, ctx)`; an ordered
+list of cumulative phase predicates evaluated on simulator state; and a scripted closed-loop planner whose
+trajectory is a demonstration in the policy's action format. `SceneContext` (from `coda.sim.context`) is
+re-exported here for the predicates and planners that import it from this module.
 """
 
 from __future__ import annotations
@@ -11,75 +13,21 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+import pybullet as p
 
 from coda.sim import numerics
+from coda.sim.context import SceneContext
 from coda.sim.families.ranges import RANGES, SUITES, TRAIN_TEMPLATES
 from coda.sim.scene import ObjectSpec, Pose, SceneSpec, SpatialSpec, TaskSpec
+from coda.sim.tasks import TaskRules
+from coda.sim.world import ACTION_SCALE, DOWN_QUAT
 
 SPLITS = ("seed", "generator", *SUITES)
 State = dict[str, np.ndarray]
-
-
-@dataclass
-class SceneContext:
-    """Geometry a predicate needs, fixed when a scene is loaded; JSON-serialisable via `to_dict`."""
-
-    family: str
-    variant: str
-    bindings: dict[str, int]
-    goal: tuple[float, ...]
-    half_extents: np.ndarray  # (N, 3) scaled object half sizes
-    init_pos: np.ndarray  # (N, 3) settled positions
-    init_art_q: np.ndarray  # (K,) settled articulation joint positions
-    joint_limits: np.ndarray  # (K, 2)
-    inner: dict[int, np.ndarray] = field(default_factory=dict)  # containers: inner half x, y, floor z
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "family": self.family,
-            "variant": self.variant,
-            "bindings": dict(self.bindings),
-            "goal": list(self.goal),
-            "half_extents": self.half_extents.tolist(),
-            "init_pos": self.init_pos.tolist(),
-            "init_art_q": self.init_art_q.tolist(),
-            "joint_limits": self.joint_limits.tolist(),
-            "inner": {str(k): v.tolist() for k, v in self.inner.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SceneContext:
-        return cls(
-            d["family"],
-            d["variant"],
-            dict(d["bindings"]),
-            tuple(d["goal"]),
-            np.array(d["half_extents"]),
-            np.array(d["init_pos"]),
-            np.array(d["init_art_q"]),
-            np.array(d["joint_limits"]).reshape(-1, 2),
-            {int(k): np.array(v) for k, v in d["inner"].items()},
-        )
-
-    @classmethod
-    def from_world(cls, world) -> SceneContext:
-        scene, st = world.scene, world.state()
-        limits = [lim for b in world.bodies for lim in b.joint_limits]
-        return cls(
-            scene.task.family,
-            scene.task.variant,
-            dict(scene.task.bindings),
-            tuple(scene.task.goal),
-            np.array([b.half_extents for b in world.bodies]),
-            st["obj_pos"].copy(),
-            st["art_q"].copy(),
-            np.array(limits, dtype=np.float64).reshape(-1, 2),
-            {i: b.inner for i, b in enumerate(world.bodies) if b.inner is not None},
-        )
 
 
 @dataclass(frozen=True)
@@ -109,14 +57,24 @@ def uniform(rng: np.random.Generator, r) -> float:
 
 
 class Family:
-    """Base class of a task family. Subclasses set the class attributes and implement the hooks."""
+    """Base class of a task family. Subclasses set `rules` and `factors` and implement the hooks.
 
+    `name`, `roles`, `variants`, `templates` and `goal_dim` are copied from the subclass's `rules`.
+    """
+
+    rules: ClassVar[TaskRules]
     name: ClassVar[str]
     roles: ClassVar[tuple[str, ...]]
     variants: ClassVar[tuple[str, ...]]
     templates: ClassVar[tuple[str, ...]]
     goal_dim: ClassVar[int] = 0
     factors: ClassVar[tuple[str, ...]]  # generative factors the engine varies and diagnoses attribute to
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        r = cls.rules
+        cls.name, cls.roles, cls.variants, cls.templates = r.name, r.roles, r.variants, r.templates
+        cls.goal_dim = r.goal_dim
 
     # -- spaces ----------------------------------------------------------------------------------
     @classmethod
@@ -220,14 +178,6 @@ class Family:
 
     # -- hooks ------------------------------------------------------------------------------------
     @classmethod
-    def validate_spec(cls, spec: SceneSpec) -> None:
-        """Family-specific spec checks (called by `scene.validate`)."""
-
-    @classmethod
-    def on_load(cls, world, spec: SceneSpec) -> None:
-        """Adjust the freshly spawned scene before it settles (e.g. set a drawer's initial opening)."""
-
-    @classmethod
     def phases(cls, variant: str) -> list[Phase]:
         raise NotImplementedError
 
@@ -319,10 +269,6 @@ class WaypointPlanner:
         return chunk
 
     def _step(self) -> np.ndarray:
-        import pybullet as p
-
-        from coda.sim.world import ACTION_SCALE
-
         if self.index >= len(self.waypoints):
             return np.array([0, 0, 0, 0, 0, 0, self.waypoints[-1].grip if self.waypoints else 1.0])
         wp = self.waypoints[self.index]
@@ -352,18 +298,12 @@ class WaypointPlanner:
 
 def down_quat(yaw: float) -> np.ndarray:
     """Gripper pointing straight down, turned by `yaw` about world z."""
-    import pybullet as p
-
-    from coda.sim.world import DOWN_QUAT
-
     zq = p.getQuaternionFromEuler([0.0, 0.0, yaw])
     return np.array(p.multiplyTransforms([0, 0, 0], zq, [0, 0, 0], DOWN_QUAT)[1])
 
 
 def horizontal_quat(direction: np.ndarray) -> np.ndarray:
     """Gripper pointing horizontally along `direction` (x, y), fingers closing vertically."""
-    import pybullet as p
-
     z = np.array([direction[0], direction[1], 0.0])
     z /= numerics.norm(z)
     y = np.array([0.0, 0.0, 1.0])

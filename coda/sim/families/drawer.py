@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pybullet as p
 
 from coda.sim import numerics
 from coda.sim.families.base import (
@@ -18,7 +17,8 @@ from coda.sim.families.base import (
     slot,
     uniform,
 )
-from coda.sim.scene import ObjectSpec, Pose, SceneSpec, SceneSpecError
+from coda.sim.scene import ObjectSpec, Pose, SceneSpec
+from coda.sim.tasks import DRAWER, DRAWER_CLOSE_TEMPLATES
 
 OPEN_FRAC = 0.6  # "open": the drawer is pulled out to at least this fraction of its travel
 CLOSED_FRAC = 0.12  # "close": pushed back to at most this fraction
@@ -103,27 +103,9 @@ def _wrap_half(a: float) -> float:
 
 
 class Drawer(Family):
-    name = "drawer"
-    roles = ("cabinet",)
-    variants = ("open", "close")
-    goal_dim = 3  # drawer index (bottom -> top), initial opening fraction, cabinet yaw
+    rules = DRAWER
     factors = ("cabinet_position", "cabinet_yaw", "scale", "friction", "part", "instance", "instruction")
-    templates = (
-        "open the {part}drawer",
-        "pull the {part}drawer open",
-        "slide the {part}drawer out",
-        "get the {part}drawer open",
-        "the {part}drawer is shut; open it up",
-        "draw out the {part}drawer of the cabinet",
-    )
-    close_templates = (
-        "close the {part}drawer",
-        "push the {part}drawer shut",
-        "slide the {part}drawer in",
-        "get the {part}drawer closed",
-        "the {part}drawer is open; shut it",
-        "push in the {part}drawer of the cabinet",
-    )
+    close_templates = DRAWER_CLOSE_TEMPLATES
 
     @classmethod
     def asset_ok(cls, asset) -> bool:
@@ -156,34 +138,6 @@ class Drawer(Family):
         names = {"part": PART_NAMES[asset.n_movable][part], "variant": variant}
         task = cls._task(rng, split, variant, {"cabinet": 0}, names, goal=(float(part), init, yaw))
         return cls._spec(task, [cab], [pose])
-
-    @classmethod
-    def validate_spec(cls, spec: SceneSpec) -> None:
-        part, init, yaw = spec.task.goal
-        if part != int(part) or part < 0:
-            raise SceneSpecError(f"task.goal[0]: expected a drawer index >= 0, got {part}")
-        if not 0.0 <= init <= 1.0:
-            raise SceneSpecError(f"task.goal[1]: expected an initial opening fraction in [0, 1], got {init}")
-        if abs(yaw - spec.spatial.poses[spec.task.bindings["cabinet"]].yaw) > 1e-6:
-            raise SceneSpecError("task.goal[2]: must equal the cabinet's yaw")
-        if not spec.objects[spec.task.bindings["cabinet"]].asset_id.startswith("articulated/"):
-            raise SceneSpecError("task.bindings.cabinet: must bind an articulated asset")
-
-    @classmethod
-    def on_load(cls, world, spec: SceneSpec) -> None:
-        body = world.bodies[spec.task.bindings["cabinet"]]
-        part = int(spec.task.goal[0])
-        if part >= len(body.movable_joints):
-            raise SceneSpecError(
-                f"task.goal[0]: cabinet has {len(body.movable_joints)} drawers, got index {part}"
-            )
-        lo, hi = body.joint_limits[part]
-        p.resetJointState(
-            body.uid,
-            body.movable_joints[part],
-            lo + spec.task.goal[1] * (hi - lo),
-            physicsClientId=world.client,
-        )
 
     @classmethod
     def phases(cls, variant: str) -> list[Phase]:

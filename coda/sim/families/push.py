@@ -19,7 +19,8 @@ from coda.sim.families.base import (
     yaw_of,
 )
 from coda.sim.families.naming import describe
-from coda.sim.scene import ObjectSpec, Pose, SceneSpec, SceneSpecError
+from coda.sim.scene import ObjectSpec, Pose, SceneSpec
+from coda.sim.tasks import PUSH
 
 GOAL_TOL = 0.04  # success: object centre within this of the goal
 PUSH_Z = 0.022
@@ -62,10 +63,7 @@ def _arrived(st: State, ctx: SceneContext) -> bool:
 
 
 class Push(Family):
-    name = "push"
-    roles = ("target", "goal")
-    variants = ("away", "sideways")
-    goal_dim = 2  # goal x, y
+    rules = PUSH
     factors = (
         "target_position",
         "target_yaw",
@@ -76,14 +74,6 @@ class Push(Family):
         "distractors",
         "instance",
         "instruction",
-    )
-    templates = (
-        "push the {target} to the {goal}",
-        "slide the {target} into the {goal}",
-        "nudge the {target} over to the {goal}",
-        "shove the {target} onto the {goal}",
-        "without lifting it, get the {target} to the {goal}",
-        "the {target} needs to end up on the {goal}; push it there",
     )
 
     @classmethod
@@ -115,15 +105,6 @@ class Push(Family):
             rng, split, variant, {"target": 0, "goal": 1}, names, goal=(round(gx, 4), round(gy, 4))
         )
         return cls._spec(task, [target, region, *dobj], poses + dpose)
-
-    @classmethod
-    def validate_spec(cls, spec: SceneSpec) -> None:
-        g = spec.task.bindings["goal"]
-        if spec.objects[g].asset_id != "fixture/region":
-            raise SceneSpecError(f"objects[{g}].asset_id: the push goal must be 'fixture/region'")
-        pose = spec.spatial.poses[g]
-        if abs(pose.x - spec.task.goal[0]) > 1e-6 or abs(pose.y - spec.task.goal[1]) > 1e-6:
-            raise SceneSpecError("task.goal: must equal the goal region's x, y")
 
     @classmethod
     def phases(cls, variant: str) -> list[Phase]:

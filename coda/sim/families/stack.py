@@ -22,7 +22,8 @@ from coda.sim.families.base import (
 )
 from coda.sim.families.naming import describe
 from coda.sim.families.pick_place import CARRY_Z, _grasped, grasp, lift, reach
-from coda.sim.scene import Pose, SceneSpec, SceneSpecError
+from coda.sim.scene import Pose, SceneSpec
+from coda.sim.tasks import STACK
 
 CENTER_TOL = 0.012  # "on_center": the top block's centre within this of the base's
 
@@ -51,10 +52,7 @@ def _stacked(st: State, ctx: SceneContext) -> bool:
 
 
 class Stack(Family):
-    name = "stack"
-    roles = ("top", "base")
-    variants = ("on", "on_center")
-    goal_dim = 0
+    rules = STACK
     factors = (
         "top_position",
         "top_yaw",
@@ -66,14 +64,6 @@ class Stack(Family):
         "distractors",
         "instance",
         "instruction",
-    )
-    templates = (
-        "stack the {top} on the {base}",
-        "put the {top} on top of the {base}",
-        "place the {top} onto the {base}",
-        "pick up the {top} and set it on the {base}",
-        "build a tower with the {top} above the {base}",
-        "the {base} should carry the {top}; stack them",
     )
 
     @classmethod
@@ -104,12 +94,6 @@ class Stack(Family):
             names["base"] = "other " + names["base"]
         task = cls._task(rng, split, variant, {"top": 0, "base": 1}, names)
         return cls._spec(task, [top, base, *dobj], poses + dpose)
-
-    @classmethod
-    def validate_spec(cls, spec: SceneSpec) -> None:
-        for role in cls.roles:
-            if spec.objects[spec.task.bindings[role]].asset_id.startswith("fixture/"):
-                raise SceneSpecError(f"task.bindings.{role}: must bind a movable object, not a fixture")
 
     @classmethod
     def phases(cls, variant: str) -> list[Phase]:

@@ -1,0 +1,333 @@
+"""The co-evolution loop (paper §3.2–3.5), written once over a `Domain`.
+
+One round, in the paper's order (each step names the unit that does it):
+
+1. **allocate and generate** — the method's `Generation` strategy turns the budget into environment requests
+   (`coda.coevolve.methods`); the domain builds, checks and certifies them (`Domain.build`);
+2. **roll out** the current policy, critic-guided (`Domain.rollout`); rollouts and scenes enter the memory;
+3. **diagnose** failures, cluster them into difficulty modes, compile candidate programs, and run the
+   **control experiment** on targeted/control pairs (`coda.coevolve.modes`, `coda.engine.control`);
+4. **shape**: each rollout enters the replay with its potential (`Domain.potential`: the mode's training
+   program, the rollout's own diagnosis, or none); planner **demonstrations** join the imitation set;
+5. **train** the chunk critic (TD) and the policy (AWR + imitation), for a fixed number of updates or until
+   the adaptive schedule ends the round (`coda.coevolve.train`, `coda.coevolve.schedule`);
+6. **measure progress** of training programs and **refine** the stalled ones (`coda.coevolve.modes`);
+7. **evaluate** (`Domain.evaluate`) and **snapshot** the memory and the checkpoint (`coda.coevolve.state`).
+
+Example:
+    >>> cfg = load_params("params.yaml", profile="smoke")
+    >>> metrics = run_method(cfg, "coda", seed=0, data_dir="data", sft_dir="runs/sft", out="runs/coda-0",
+    ...                      executor=make_executor("local", 2))
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from coda.coevolve.domain import Domain, Rollout
+from coda.coevolve.methods import METHODS, Method
+from coda.coevolve.modes import ModeBook
+from coda.coevolve.schedule import RoundScheduler
+from coda.coevolve.state import RunState, git_info, last_complete_round
+from coda.coevolve.train import Trainer
+from coda.engine.control import ControlExperiment
+from coda.learn.train import write_json
+
+
+class Clock:
+    """Wall time per phase of a round (the `time_s` breakdown in rounds.json)."""
+
+    def __init__(self) -> None:
+        self.t = time.perf_counter()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = round(self.laps.get(name, 0.0) + now - self.t, 2)
+        self.t = now
+
+
+class Loop:
+    """One method, one seed, one domain, one run directory."""
+
+    def __init__(
+        self,
+        c,
+        method: Method,
+        seed: int,
+        domain: Domain,
+        sft_dir: Path,
+        out: Path,
+        *,
+        profile: str,
+        memory_from: Path | None = None,
+    ):
+        from coda.memory.store import Memory
+
+        self.c, self.method, self.seed, self.domain, self.profile = c, method, seed, domain, profile
+        self.sft_dir, self.out, self.memory_from = Path(sft_dir), Path(out), memory_from
+        self.families = tuple(domain.families)
+        self.bases = {f: domain.bases(f) for f in self.families}
+        self.base_hashes = {f: domain.base_hashes(f) for f in self.families}
+        self.state = RunState(memory=Memory())
+        self.control = ControlExperiment(
+            margin=c.validate_margin, min_pairs=c.min_pairs, alpha=c.validate_alpha, band=c.success_band
+        )
+        self.scheduler = RoundScheduler.from_config(c, adaptive_allowed=method.store_generation)
+        self.modes = ModeBook(self)
+        self.trainer = Trainer(self)
+        self.round_times: dict[str, float] = {}
+
+    @property
+    def memory(self):
+        return self.state.memory
+
+    # -- the actor the workers load ---------------------------------------------------------------------
+    def publish(self, tag: str) -> dict[str, str]:
+        """Write the current rollout policy (adapters merged) and critic for the workers, under a fresh
+        directory name: workers cache the actor by path, so a new version must never reuse one."""
+        from coda.learn.policies.lora import merged_copy
+
+        s = self.state
+        shutil.rmtree(self.out / "actor", ignore_errors=True)
+        where = self.out / "actor" / tag
+        policy = merged_copy(s.policy) if s.policy.lora is not None else s.policy
+        policy.save_pretrained(where / "policy")
+        s.critic.save_pretrained(where / "critic")
+        return {"policy": str((where / "policy").resolve()), "critic": str((where / "critic").resolve())}
+
+    # -- the run --------------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "run.json").write_text(
+            json.dumps(
+                {
+                    "method": self.method.name,
+                    "seed": self.seed,
+                    "profile": self.profile,
+                    "coevolve": {k: v for k, v in self.c.__dict__.items()},
+                    **git_info(),
+                },
+                indent=1,
+                default=list,
+            )
+            + "\n"
+        )
+        if not self.method.trains:
+            return self._evaluate_only()
+        start = last_complete_round(self.out)
+        s = self.state
+        if start:
+            state = s.load(self.out, start, self.sft_dir, self.seed, self.domain.replay_capacity)
+            self.domain.load_state(state)
+            self.control.pairs = defaultdict(list, state["pairs"])
+        else:
+            s.fresh(self.sft_dir, self.seed, self.domain.replay_capacity)
+            s.rehearsal = self.domain.rehearsal(self.c.rehearsal_per_family)
+            if self.method.frozen:
+                s.memory = self._frozen_memory()
+        for r in range(start + 1, self.c.rounds + 1):
+            metrics = self.round(r)
+            s.history.append(metrics)
+            s.save(
+                self.out,
+                r,
+                metrics,
+                pairs=self.control.pairs,
+                extra_state=self.domain.state(),
+                snapshot_extra={"method": self.method.name, "seed": self.seed, "profile": self.profile},
+            )
+        final = dict(s.history[-1]) if s.history else {}
+        final.update({"method": self.method.name, "seed": self.seed, "profile": self.profile})
+        write_json(self.out / "metrics.json", final)
+        return final
+
+    def _evaluate_only(self) -> dict[str, Any]:
+        from coda.learn.policies import ChunkPolicy
+
+        actor = {"policy": str((self.sft_dir / "policy").resolve()), "critic": None}
+        t0 = time.perf_counter()
+        metrics = {
+            "round": 0,
+            "updates": 0,
+            **self.domain.evaluate(actor, final=True),
+            "wall_s": round(time.perf_counter() - t0, 1),
+        }
+        ChunkPolicy.from_pretrained(self.sft_dir / "policy")  # fail loudly on a broken checkpoint
+        self.state.history = [metrics]
+        write_json(self.out / "rounds.json", self.state.history)
+        final = {**metrics, "method": self.method.name, "seed": self.seed, "profile": self.profile}
+        write_json(self.out / "metrics.json", final)
+        return final
+
+    def _frozen_memory(self):
+        from coda.memory.store import load_snapshot, resolve_snapshot
+
+        if self.memory_from is None:
+            raise ValueError(f"method {self.method.name!r} needs a memory to reuse (--memory PATH)")
+        return load_snapshot(resolve_snapshot(self.memory_from))
+
+    # -- one round ------------------------------------------------------------------------------------------
+    def round(self, r: int) -> dict[str, Any]:
+        c, s, domain, method = self.c, self.state, self.domain, self.method
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        worker0 = domain.worker_cpu_s
+        rng = np.random.default_rng([self.seed, r, 0])
+        clock = Clock()
+        # 1. allocate and generate
+        requests = method.generation.requests(self, r, rng)
+        for slot, q in enumerate(requests):
+            q.slot = slot
+        envs = []
+        for q, value in zip(requests, domain.build(requests, desc=f"round {r}: generate")):
+            if value is None:
+                continue
+            if method.writes_memory and value["scene"] is not None:
+                self.modes.add_scene(r, q, value)
+            envs.append((q, value))
+        valid = [(q, v) for q, v in envs if v["scene"] is not None]
+        clock.lap("generate_certify")
+        # 2. roll out the current policy (critic-guided)
+        actor = self.publish(f"round-{r:04d}-rollouts")
+        records = domain.rollout(
+            actor,
+            [v["scene"] for _, v in valid],
+            record=True,
+            desc=f"round {r}: rollouts",
+            seed=self.seed * 1000 + r,
+        )
+        rollouts: list[Rollout] = [(q, v, rec) for (q, v), rec in zip(valid, records) if rec is not None]
+        for q, v, rec in rollouts:
+            if method.writes_memory:
+                self.modes.add_rollout(r, q, rec)
+            if q.split == "control":
+                s.record_control(rec.scene_hash, rec.success)
+            method.generation.observe(self, q.split, v["scene"], q.family, rec.success)
+        clock.lap("rollouts")
+        # 3. diagnose failures into modes; the control experiment validates or rejects candidates
+        diagnoses = self.modes.diagnose(r, rollouts)
+        if method.store_generation:
+            self.modes.validate(r, rollouts)
+        elif method.writes_memory:
+            self.modes.validate_by_recurrence(r)
+        # 4. potentials -> replay; demonstrations (the same budget for every method)
+        for q, _, rec in rollouts:
+            s.replay.add_record(rec, potential=self.modes.potential_for(q, rec, diagnoses), gamma=c.gamma)
+        self.trainer.collect_demos(rollouts)
+        for _, v, _ in rollouts:  # what the policy is now trained on (the diagnoser's reference)
+            domain.observe_trained(v["scene"])
+        clock.lap("diagnose_validate")
+        # 5. train: critic, then AWR (+ imitation) on the LoRA adapters or all weights
+        round_updates, track = self.trainer.train(r, rollouts, clock)
+        # 6. measure progress of training programs and refine the stalled ones
+        refined = self.modes.refine(r, rollouts)
+        clock.lap("refine")
+        # 7. evaluate (the snapshot follows in `run`)
+        actor = self.publish(f"round-{r:04d}-final")
+        evaluation = (
+            domain.evaluate(actor, final=r == c.rounds) if self.evaluates(r) else domain.no_evaluation()
+        )
+        clock.lap("evaluation")
+        self.round_times = clock.laps
+        return self._metrics(
+            r,
+            envs,
+            rollouts,
+            diagnoses,
+            round_updates,
+            track,
+            refined,
+            evaluation,
+            time.perf_counter() - t0,
+            time.process_time() - cpu0,
+            domain.worker_cpu_s - worker0,
+        )
+
+    def evaluates(self, r: int) -> bool:
+        """Whether round r ends with an evaluation: the last round, every `eval_every`-th, and every round
+        of a run whose seed is in `curve_seeds` (the per-round curves of Figures 3 and 5)."""
+        c = self.c
+        return r == c.rounds or r % c.eval_every == 0 or self.seed in c.curve_seeds
+
+    def _metrics(
+        self, r, envs, rollouts, diagnoses, round_updates, track, refined, evaluation, wall_s, cpu_s, worker_s
+    ) -> dict[str, Any]:
+        s = self.state
+        built = [v for _, v in envs]
+        by_split: dict[str, list[bool]] = defaultdict(list)
+        for q, _, rec in rollouts:
+            by_split[q.split].append(rec.success)
+        m = {
+            "round": r,
+            "updates": s.updates,
+            "round_updates": round_updates,
+            "critic_updates": s.critic_updates,
+            "envs_requested": len(envs),
+            "envs_accepted": sum(v["scene"] is not None for v in built),
+            "validity_rate": round(float(np.mean([v["validity"] != "rejected" for v in built])), 4)
+            if built
+            else None,
+            "validity_pass_first": round(float(np.mean([v["validity"] == "pass" for v in built])), 4)
+            if built
+            else None,
+            "certified": sum(v["certified"] for v in built),
+            # the paper's budgets are per family over a run: 320 accepted environments, 1,280 demonstrations
+            "envs_accepted_total": sum(m["envs_accepted"] for m in s.history)
+            + sum(v["scene"] is not None for v in built),
+            "demos_total": len(s.demos),
+            "rollouts": len(rollouts),
+            "success_by_split": {k: round(float(np.mean(v)), 4) for k, v in sorted(by_split.items())},
+            "diagnoses": len(diagnoses),
+            "tokens_prompt": s.tokens["prompt"],
+            "tokens_completion": s.tokens["completion"],
+            "refined_programs": refined,
+            "schedule_checks": track,
+            "wall_s": round(wall_s, 1),
+            "time_s": dict(self.round_times),
+            "cpu_s": round(cpu_s, 1),
+            **self.domain.failures(),
+            "worker_cpu_s": round(worker_s, 1),
+            **evaluation,
+        }
+        if self.method.uses_memory:
+            m.update(self.modes.metrics())
+        return m
+
+
+def run_method(
+    cfg, method: str, *, seed: int, data_dir, sft_dir, out, executor, memory_from=None
+) -> dict[str, Any]:
+    """Run one method on the PyBullet families end to end (resuming in `out` when it holds complete
+    rounds); returns the final metrics."""
+    import torch
+
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; expected one of {sorted(METHODS)}")
+    if not (Path(sft_dir) / "policy").exists():
+        raise FileNotFoundError(f"{sft_dir}/policy: no SFT policy; run `coda sft --out {sft_dir}` first")
+    torch.set_num_threads(1)
+    return make_loop(cfg, method, seed, data_dir, sft_dir, out, executor, memory_from).run()
+
+
+def make_loop(cfg, method: str, seed: int, data_dir, sft_dir, out, executor, memory_from=None) -> Loop:
+    """The PyBullet loop of `method` (without running it)."""
+    from coda.sim.domain import PyBulletDomain
+
+    domain = PyBulletDomain(cfg, Path(data_dir), seed, executor)
+    return Loop(
+        cfg.coevolve,
+        METHODS[method],
+        seed,
+        domain,
+        Path(sft_dir),
+        Path(out),
+        profile=cfg.profile,
+        memory_from=None if memory_from is None else Path(memory_from),
+    )

@@ -1,0 +1,236 @@
+"""The co-evolution methods as strategy objects over the one loop (`coda.coevolve.loop`).
+
+A `Method` is three choices:
+
+* **generation** — a `Generation` strategy: which environment requests a round makes per family
+  (`requests`) and what it learns from each rollout (`observe`, the success-rate buffer of sr_guided);
+* **shaping** — which potential shapes a rollout's reward: ``sparse`` (none), ``per_rollout`` (Text2potential
+  on the rollout's own diagnosis) or ``programs`` (the stored training program of the rollout's mode);
+* **what the memory keeps** — generation programs, training programs, or nothing; ``frozen`` reads another
+  run's memory without writing (cross-backbone reuse, Table 7).
+
+Every method gets the same environment budget per round (``2 · envs_per_family`` per family), the same
+planner-demonstration budget and, under fixed scheduling, the same number of policy updates.
+
+| method | generation | shaping | memory keeps |
+|---|---|---|---|
+| sft | — (SFT policy only) | — | — |
+| domain_rand | seed scenes, factors re-drawn | sparse | — |
+| uniform | uniform over the generator space | sparse | — |
+| sr_guided | success-rate guided (PLR-style) | sparse | — |
+| critic_no_memory | success-rate guided | per-rollout diagnosis (Text2potential) | — |
+| coda | memory-guided (modes, programs) | training programs | generation + training programs |
+| gen_store_only | memory-guided | per-rollout diagnosis | generation programs |
+| train_store_only | success-rate guided | training programs | training programs |
+| memory_reuse | a frozen memory's environments | training programs | (reads training programs) |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+
+from coda.engine import generate as gen
+
+Shaping = Literal["sparse", "per_rollout", "programs"]
+
+
+class Generation(Protocol):
+    """How a method generates a round's environments."""
+
+    name: str
+
+    def requests(self, loop: Any, r: int, rng: np.random.Generator) -> list[gen.EnvRequest]: ...
+
+    def observe(self, loop: Any, split: str, scene: str, family: str, success: bool) -> None: ...
+
+
+class _PerFamily:
+    """A generation strategy that makes its requests family by family (`family_requests`)."""
+
+    name = ""
+
+    def requests(self, loop: Any, r: int, rng: np.random.Generator) -> list[gen.EnvRequest]:
+        out: list[gen.EnvRequest] = []
+        for f in loop.families:
+            out += self.family_requests(loop, f, r, rng)
+        return out
+
+    def family_requests(self, loop: Any, family: str, r: int, rng) -> list[gen.EnvRequest]:
+        raise NotImplementedError
+
+    def observe(self, loop: Any, split: str, scene: str, family: str, success: bool) -> None:
+        return None
+
+
+class NoGeneration(_PerFamily):
+    """SFT: the policy is only evaluated."""
+
+    name = "none"
+
+    def family_requests(self, loop, family, r, rng):
+        return []
+
+
+class DomainRandomization(_PerFamily):
+    """Seed scenes with several factors re-drawn (open loop)."""
+
+    name = "domain_rand"
+
+    def family_requests(self, loop, family, r, rng):
+        c = loop.c
+        return gen.domain_rand_requests(
+            family, c.envs_per_family, loop.bases[family], seed=loop.seed, round_=r, rng=rng
+        )
+
+
+class Uniform(_PerFamily):
+    """Uniform draws from the generator space (open loop)."""
+
+    name = "uniform"
+
+    def family_requests(self, loop, family, r, rng):
+        return gen.uniform_requests(family, loop.c.envs_per_family, seed=loop.seed, round_=r)
+
+
+class SRGuided(_PerFamily):
+    """Success-rate guided (PLR-style): intermediate-success environments are mutated or replayed."""
+
+    name = "sr_guided"
+
+    def family_requests(self, loop, family, r, rng):
+        c = loop.c
+        return gen.sr_guided_requests(
+            family,
+            c.envs_per_family,
+            loop.state.sr_buffer,
+            seed=loop.seed,
+            round_=r,
+            novel_share=c.novel_share,
+            replay_share=c.replay_share,
+            rng=rng,
+        )
+
+    def observe(self, loop, split, scene, family, success):
+        if split != "control":
+            loop.state.sr_record(scene, family, success)
+
+
+class MemoryGuided(_PerFamily):
+    """CoDA: slots to difficulty modes (targeted/control pairs), novel and stored environments."""
+
+    name = "memory"
+
+    def requests(self, loop, r, rng):
+        if loop.c.transfer and r > 1:
+            loop.modes.transfer_programs(r)
+        return super().requests(loop, r, rng)
+
+    def family_requests(self, loop, family, r, rng):
+        c = loop.c
+        return gen.memory_requests(
+            family,
+            c.envs_per_family,
+            loop.modes.mode_views(family),
+            loop.bases[family],
+            loop.modes.stored_scenes(family),
+            seed=loop.seed,
+            round_=r,
+            novel_share=c.novel_share,
+            replay_share=c.replay_share,
+            band=c.success_band,
+            rng=rng,
+            min_pairs=c.min_pairs,
+            base_weights=loop.state.base_weights(loop.base_hashes[family]),
+        )
+
+
+class FrozenMemory(_PerFamily):
+    """Cross-backbone reuse: replay the frozen memory's environments, no new generation. Targeted variants
+    of validated modes are drawn in proportion to the modes' importance (+ a floor), the rest of the budget
+    from the memory's other generated scenes."""
+
+    name = "frozen"
+
+    def family_requests(self, loop, family, r, rng):
+        memory = loop.memory
+        scenes = [s for s in memory.rows("scenes") if s["family"] == family and s["split"] != "control"]
+        if not scenes:
+            return []
+        by_program = {
+            m.generation_program_id: m for m in memory.modes("validated") if m.generation_program_id
+        }
+        weights = np.array(
+            [
+                1.0 + 4.0 * (by_program[s["program_id"]].importance + 0.25)
+                if s["program_id"] in by_program
+                else 1.0
+                for s in scenes
+            ]
+        )
+        picks = rng.choice(len(scenes), size=2 * loop.c.envs_per_family, p=weights / weights.sum())
+        out = []
+        for k, i in enumerate(picks.tolist()):
+            s = scenes[i]
+            mode = by_program.get(s["program_id"])
+            out.append(
+                gen.EnvRequest(
+                    family,
+                    "replay",
+                    gen.seed_for(loop.seed, r, family, "replay", k),
+                    base=s["spec_json"],
+                    mode_id=mode.mode_id if mode else None,
+                    program_id=s["program_id"],
+                )
+            )
+        return out
+
+
+@dataclass(frozen=True)
+class Method:
+    """A co-evolution method: a generation strategy, a shaping rule and what the memory keeps."""
+
+    name: str
+    generation: Generation
+    shaping: Shaping
+    store_generation: bool = False  # memory keeps (and generation uses) generation programs
+    store_training: bool = False  # memory keeps (and training uses) training programs
+    frozen: bool = False  # the memory comes from another run and is only read (cross-backbone reuse)
+
+    @property
+    def trains(self) -> bool:
+        """Whether the method runs rounds at all (SFT is only evaluated)."""
+        return self.generation.name != "none"
+
+    @property
+    def uses_memory(self) -> bool:
+        return self.store_generation or self.store_training
+
+    @property
+    def writes_memory(self) -> bool:
+        return self.uses_memory and not self.frozen
+
+    @property
+    def diagnoses(self) -> bool:
+        """Whether failed rollouts are diagnosed: for shaping or for the memory (a frozen memory learns
+        nothing new)."""
+        return not self.frozen and (self.shaping != "sparse" or self.uses_memory)
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("sft", NoGeneration(), "sparse"),
+        Method("domain_rand", DomainRandomization(), "sparse"),
+        Method("uniform", Uniform(), "sparse"),
+        Method("sr_guided", SRGuided(), "sparse"),
+        Method("critic_no_memory", SRGuided(), "per_rollout"),
+        Method("coda", MemoryGuided(), "programs", store_generation=True, store_training=True),
+        Method("gen_store_only", MemoryGuided(), "per_rollout", store_generation=True),
+        Method("train_store_only", SRGuided(), "programs", store_training=True),
+        # Table 7: another backbone trained on a frozen memory of a finished run, without new generation
+        Method("memory_reuse", FrozenMemory(), "programs", store_training=True, frozen=True),
+    )
+}

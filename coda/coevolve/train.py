@@ -1,0 +1,150 @@
+"""A round's learning (paper §3.4): planner demonstrations, then the chunk critic by TD and the policy by
+advantage-weighted regression plus imitation (rehearsal of the SFT distribution and this run's
+demonstrations), on LoRA adapters or all weights, for as many updates as the `RoundScheduler` allows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from coda.learn.train import chunk_dataset, demo_batch
+from coda.progress import progress
+
+
+class Trainer:
+    """The learning steps of the loop's rounds."""
+
+    def __init__(self, loop: Any) -> None:
+        self.loop = loop
+        self.critic_loss: float | None = None
+
+    def collect_demos(self, rollouts: list) -> None:
+        """`demos_per_family` planner demonstrations per family: scenes the policy failed first (targeted
+        scenes of validated modes, weighted by their training programs' planner_demos), then the others."""
+        loop = self.loop
+        for f in loop.families:
+            cands = [
+                (q, v, rec)
+                for q, v, rec in rollouts
+                if q.family == f and v["demo"] is not None and q.split != "control"
+            ]
+
+            def priority(item):
+                q, v, rec = item
+                program = loop.modes.training_program(q.mode_id) if q.split == "targeted" else None
+                extra = program["tools"]["planner_demos"] if program else 0
+                return (rec.success, -extra, v["hash"])
+
+            cands.sort(key=priority)
+            for _q, v, _rec in cands[: loop.c.demos_per_family]:
+                loop.state.demos.append(v["demo"])
+
+    def imitation_weight(self) -> float:
+        """The imitation term's weight: the config's, scaled by the training programs' learning tools
+        (imitation vs critic weight) when the method keeps training programs."""
+        loop = self.loop
+        c = loop.c
+        if not loop.method.store_training:
+            return c.imitation_weight
+        programs = [loop.modes.training_program(m.mode_id) for m in loop.memory.modes()]
+        tools = [p["tools"] for p in programs if p is not None]
+        if not tools:
+            return c.imitation_weight
+        ratio = np.mean([t["imitation_weight"] / max(t["critic_weight"], 1e-3) for t in tools])
+        return float(c.imitation_weight * ratio)
+
+    def train(self, r: int, rollouts: list, clock: Any = None) -> tuple[int, list[dict]]:
+        """Critic TD steps, then policy updates; returns (updates done, the adaptive schedule's checks)."""
+        from coda.learn.awr import AWRConfig, PolicyUpdater, policy_candidates, train_critic
+        from coda.learn.critic import CriticTD, TDConfig
+        from coda.learn.text import get_encoder
+
+        loop = self.loop
+        c, s, seed = loop.c, loop.state, loop.seed
+        torch.manual_seed(seed * 7919 + r)
+        rng = np.random.default_rng([seed, r, 1])
+        if r == 1:  # later rounds keep the first round's normaliser (saved with the critic's weights)
+            s.critic.fit_normalizer(s.replay.gather(np.arange(len(s.replay)))["obs"])
+        td = CriticTD(s.critic, TDConfig(gamma=c.gamma, temperature=c.temperature))
+        gen_t = torch.Generator().manual_seed(seed * 7919 + r)
+        s.policy.eval()
+        losses = train_critic(
+            td,
+            s.replay,
+            steps=c.critic_steps,
+            batch_size=c.batch_size,
+            rng=rng,
+            candidates_fn=policy_candidates(s.policy, c.j, gen_t),
+        )
+        s.critic_updates += c.critic_steps
+        s.critic.eval()
+        if clock is not None:
+            clock.lap("critic")
+        updater = PolicyUpdater(
+            s.policy,
+            s.critic,
+            AWRConfig(
+                finetune=c.finetune,
+                lora_rank=c.lora_rank,
+                lr=c.lr,
+                j=c.j,
+                beta=c.beta,
+                temperature=c.temperature,
+                imitation_weight=self.imitation_weight(),
+                awr_weight=c.awr_weight,
+                normalize=c.normalize_advantages,
+                seed=seed * 7919 + r,
+            ),
+        )
+        sources = [
+            (chunk_dataset(d), share)
+            for d, share in ((s.rehearsal, c.rehearsal_share), (s.demos, 1 - c.rehearsal_share))
+            if d and share > 0
+        ]
+        total = sum(share for _, share in sources)
+        enc = get_encoder()
+        scheduler = loop.scheduler
+        targeted = [(q.mode_id, v["scene"], rec.success) for q, v, rec in rollouts if q.split == "targeted"]
+        track: list[dict] = []
+        done = 0
+        for _ in progress(range(c.policy_updates), desc=f"round {r}: policy updates"):
+            sample = s.replay.sample(c.batch_size, rng)
+            batch = {
+                "obs": torch.as_tensor(sample["obs"]).float(),
+                "instr": enc.encode(list(sample["instruction"])),
+            }
+            imitation = None
+            if (
+                sources
+            ):  # rehearsal (seed scenes) and this run's demonstrations, `rehearsal_share` of the batch
+                parts = [demo_batch(ds, round(c.batch_size * share / total), rng) for ds, share in sources]
+                imitation = {
+                    "obs": torch.cat([p["obs"] for p in parts]),
+                    "instr": enc.encode([t for p in parts for t in p["instr"]]),
+                    "chunk": torch.cat([p["chunk"] for p in parts]),
+                }
+            updater.update(batch, imitation=imitation)
+            done += 1
+            s.updates += 1
+            if scheduler.checks_at(done, c.policy_updates):
+                track.append(
+                    scheduler.measure(targeted, done, lambda scenes, d=done: self._check(r, d, scenes))
+                )
+                if scheduler.over(track):
+                    break
+        s.policy.eval()
+        self.critic_loss = float(np.mean(losses[-10:])) if losses else None
+        if clock is not None:
+            clock.lap("policy_updates")
+        return done, track
+
+    def _check(self, r: int, done: int, scenes: list[str]) -> list[bool | None]:
+        """The adaptive schedule's rollouts of the current policy on in-band scenes."""
+        loop = self.loop
+        actor = loop.publish(f"round-{r:04d}-check-{done}")
+        return loop.domain.rollout(
+            actor, scenes, record=False, desc=f"round {r}: in-band check", seed=loop.seed * 1000 + r
+        )

@@ -1,0 +1,211 @@
+"""The schema of LIBERO programs: JSON documents that memory validates and stores (interpreted by
+`coda.libero.programs`).
+
+A LIBERO generation program recreates a difficulty of one source task by perturbing what LIBERO-Pro
+perturbs, within our own generator space:
+
+* ``"perturbs": "position"`` either translates the goal object or the goal target by an (x, y) offset
+  drawn from ``"dx"``/``"dy"`` intervals (``"shift"``; metres, clamped to ±``SHIFT_MAX``), or makes the goal
+  object exchange places with another movable object of the scene, the ``rank``-th nearest one
+  (``"swap": {"ranks": [...]}``, ranks 0..``MAX_RANK``);
+* ``"perturbs": "instruction"`` rewrites the instruction with one of our paraphrase templates
+  (``TEMPLATES``, written offline for this project; an optional article drop), keeping the object and
+  target phrases of the original instruction.
+
+A training program holds the per-phase weights of the shaping potential (subgoals) and the
+planner-demonstration tool. Errors are `ProgramError`s naming the field.
+
+Example:
+    >>> doc = validate_generation({"kind": "generation", "family": "libero_object", "task": 3,
+    ...     "perturbs": "position", "shift": {"role": "object", "dx": [0.02, 0.05], "dy": [0, 0]}})
+    >>> doc["id"].startswith("gp-")
+    True
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from coda.memory.program_fields import ProgramError, by_kind, content_id
+
+__all__ = [
+    "GENERATION_KEYS",
+    "PHASES",
+    "TEMPLATES",
+    "TRAINING_KEYS",
+    "is_libero",
+    "validate_generation",
+    "validate_program",
+    "validate_training",
+]
+
+VERSION = 1
+SHIFT_MAX = 0.10  # metres: the largest offset a position program may apply on x or y
+ROLES = ("object", "target")
+PERTURBS = ("position", "instruction")
+SOURCES = ("template", "random", "manual")
+PHASES = ("reached", "grasped", "lifted", "above_target", "placed")  # coda.sim.libero.env.PHASES
+# Paraphrase templates of a pick-and-place instruction ({obj}, {target}: the original phrases; {rel}: in/on).
+TEMPLATES = (
+    "pick up the {obj} and place it {rel} the {target}",
+    "put the {obj} {rel} the {target}",
+    "grab the {obj} and drop it {rel} the {target}",
+    "move the {obj} {rel} the {target}",
+    "take the {obj} and set it {rel} the {target}",
+    "lift the {obj} and put it {rel} the {target}",
+    "place the {obj} {rel} the {target}",
+    "get the {obj} and leave it {rel} the {target}",
+    "carry the {obj} over and lay it {rel} the {target}",
+    "transfer the {obj} {rel} the {target}",
+)
+_HEADER_KEYS = ("kind", "version", "id", "family", "mode", "source", "task")
+GENERATION_KEYS = _HEADER_KEYS + ("perturbs", "shift", "swap", "paraphrase")
+MAX_RANK = 3
+TRAINING_KEYS = _HEADER_KEYS + ("phase_weights", "planner_demos")
+
+
+def is_libero(doc: Any) -> bool:
+    """Whether a program document belongs to a LIBERO suite (its family names one: ``libero_*``)."""
+    return isinstance(doc, Mapping) and str(doc.get("family", "")).startswith("libero_")
+
+
+# -- validation --------------------------------------------------------------------------------------------
+def _keys(path: str, d: Any, allowed: tuple[str, ...], required: tuple[str, ...]) -> Mapping:
+    if not isinstance(d, Mapping):
+        raise ProgramError(path or "program", f"expected a JSON object, got {type(d).__name__}")
+    for k in d:
+        if k not in allowed:
+            raise ProgramError(
+                f"{path}.{k}" if path else str(k), f"unknown key; allowed: {', '.join(allowed)}"
+            )
+    for k in required:
+        if k not in d:
+            raise ProgramError(f"{path}.{k}" if path else k, "missing")
+    return d
+
+
+def _int(path: str, value: Any, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ProgramError(path, f"expected an integer in [{lo}, {hi}], got {value!r}")
+    return value
+
+
+def _interval(path: str, value: Any) -> list[float]:
+    if (
+        not isinstance(value, list | tuple)
+        or len(value) != 2
+        or not all(isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) for v in value)
+    ):
+        raise ProgramError(path, f"expected [low, high] numbers, got {value!r}")
+    lo, hi = (float(np.clip(v, -SHIFT_MAX, SHIFT_MAX)) for v in value)
+    if lo > hi:
+        raise ProgramError(path, f"low {lo} > high {hi}")
+    return [round(lo, 4), round(hi, 4)]
+
+
+def _header(doc: Any, kind: str, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict[str, Any]:
+    """The checked keys, kind and header fields of a program (the canonical form's first fields)."""
+    _keys("", doc, allowed, required)
+    if doc.get("kind", kind) != kind:
+        raise ProgramError("kind", f"expected {kind!r}, got {doc.get('kind')!r}")
+    family = doc.get("family")
+    if not isinstance(family, str) or not re.fullmatch(r"libero_[a-z0-9_]+", family):
+        raise ProgramError("family", f"expected a LIBERO suite name like 'libero_object', got {family!r}")
+    if doc.get("version", VERSION) != VERSION:
+        raise ProgramError("version", f"expected {VERSION}, got {doc.get('version')!r}")
+    source = doc.get("source", "manual")
+    if source not in SOURCES:
+        raise ProgramError("source", f"expected one of {', '.join(SOURCES)}, got {source!r}")
+    mode = doc.get("mode")
+    if mode is not None and (not isinstance(mode, str) or len(mode) > 200):
+        raise ProgramError("mode", f"expected a mode id string or null, got {mode!r}")
+    return {
+        "kind": kind,
+        "version": VERSION,
+        "family": family,
+        "mode": mode,
+        "source": source,
+        "task": _int("task", doc.get("task"), 0, 999),
+    }
+
+
+def _with_id(canonical: dict[str, Any], given: Any) -> dict[str, Any]:
+    canonical["id"] = content_id(canonical)
+    if given is not None and given != canonical["id"]:
+        raise ProgramError("id", f"{given!r} does not match the program's content id {canonical['id']!r}")
+    return canonical
+
+
+def validate_generation(doc: Any) -> dict[str, Any]:
+    """The canonical form of a LIBERO generation program (with its content id); errors name the field."""
+    out = _header(doc, "generation", GENERATION_KEYS, ("family", "task", "perturbs"))
+    perturbs = doc["perturbs"]
+    if perturbs not in PERTURBS:
+        raise ProgramError("perturbs", f"expected one of {', '.join(PERTURBS)}, got {perturbs!r}")
+    out["perturbs"] = perturbs
+    if perturbs == "position":
+        if "paraphrase" in doc:
+            raise ProgramError("paraphrase", "a position program has no paraphrase")
+        if ("shift" in doc) == ("swap" in doc):
+            raise ProgramError("shift", "a position program has exactly one of shift and swap")
+        if "swap" in doc:
+            swap = _keys("swap", doc["swap"], ("ranks",), ("ranks",))
+            ranks = swap["ranks"]
+            if not isinstance(ranks, list) or not ranks:
+                raise ProgramError("swap.ranks", f"expected a non-empty list of ranks, got {ranks!r}")
+            out["swap"] = {
+                "ranks": sorted({_int(f"swap.ranks[{i}]", k, 0, MAX_RANK) for i, k in enumerate(ranks)})
+            }
+            return _with_id(out, doc.get("id"))
+        shift = _keys("shift", doc.get("shift"), ("role", "dx", "dy"), ("role", "dx", "dy"))
+        if shift["role"] not in ROLES:
+            raise ProgramError("shift.role", f"expected one of {', '.join(ROLES)}, got {shift['role']!r}")
+        out["shift"] = {
+            "role": shift["role"],
+            "dx": _interval("shift.dx", shift["dx"]),
+            "dy": _interval("shift.dy", shift["dy"]),
+        }
+    else:
+        for key in ("shift", "swap"):
+            if key in doc:
+                raise ProgramError(key, f"an instruction program has no {key}")
+        para = _keys("paraphrase", doc.get("paraphrase"), ("templates", "drop_articles"), ("templates",))
+        templates = para["templates"]
+        if not isinstance(templates, list) or not templates or len(templates) > len(TEMPLATES):
+            raise ProgramError(
+                "paraphrase.templates", f"expected a non-empty list of template ids, got {templates!r}"
+            )
+        ids = sorted(
+            {_int(f"paraphrase.templates[{i}]", t, 0, len(TEMPLATES) - 1) for i, t in enumerate(templates)}
+        )
+        drop = para.get("drop_articles", False)
+        if not isinstance(drop, bool):
+            raise ProgramError("paraphrase.drop_articles", f"expected true or false, got {drop!r}")
+        out["paraphrase"] = {"templates": ids, "drop_articles": drop}
+    return _with_id(out, doc.get("id"))
+
+
+def validate_training(doc: Any) -> dict[str, Any]:
+    """The canonical form of a LIBERO training program: phase weights of the potential + planner demos."""
+    out = _header(doc, "training", TRAINING_KEYS, ("family", "task", "phase_weights"))
+    weights = doc["phase_weights"]
+    if not isinstance(weights, list) or len(weights) != len(PHASES):
+        raise ProgramError(
+            "phase_weights", f"expected {len(PHASES)} numbers (one per phase {PHASES}), got {weights!r}"
+        )
+    for i, w in enumerate(weights):
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= 10:
+            raise ProgramError(f"phase_weights[{i}]", f"expected a number in [0, 10], got {w!r}")
+    if sum(weights) <= 0:
+        raise ProgramError("phase_weights", "at least one weight must be > 0")
+    out["phase_weights"] = [round(float(w), 4) for w in weights]
+    out["planner_demos"] = _int("planner_demos", doc.get("planner_demos", 1), 0, 8)
+    return _with_id(out, doc.get("id"))
+
+
+def validate_program(doc: Any) -> dict[str, Any]:
+    return by_kind(doc, validate_generation, validate_training)

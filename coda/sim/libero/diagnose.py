@@ -1,0 +1,154 @@
+"""A rollout-grounded diagnoser for LIBERO-Pro variants.
+
+It reads what a rollout shows — the observation at reset (every object's position), the instruction the
+policy was given and the phases it reached — and compares it with the training reference: the initial
+object positions and the instructions of the planner demonstrations the policy was trained on, per source
+task. It never reads the variant's perturbation (its shifts, swap, paraphrase or program): those are what
+the control experiment must confirm.
+
+* the given instruction is not one the task was trained with → factor ``instruction``;
+* the goal object sits where training put another object, and that object where the goal was → factor
+  ``position``, role ``swap`` (with the neighbour's rank);
+* otherwise the goal object or the target moved beyond ``threshold`` from every training position →
+  factor ``position``, role ``object`` or ``target``, with the observed offset;
+* nothing observable differs from training → no diagnosis (a failure the generator cannot recreate).
+
+The failed phase is the first subgoal phase (`coda.sim.libero.PHASES`) the rollout did not reach.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+PROPRIO = 9  # ee position (3), ee quaternion (4), finger joints (2): `SuiteObservation`'s first entries
+
+
+def initial_positions(obs0: np.ndarray, objects: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """Absolute x/y of every present object in an observation row of `SuiteObservation`."""
+    obs0 = np.asarray(obs0, dtype=float)
+    ee = obs0[:3]
+    out = {}
+    for i, name in enumerate(objects):
+        k = PROPRIO + 4 * i
+        if obs0[k] > 0.5:
+            out[name] = (obs0[k + 1 : k + 4] + ee)[:2]
+    return out
+
+
+@dataclass
+class LiberoReference:
+    """Per source task: the instructions and every object's initial x/y in the training demonstrations."""
+
+    instructions: dict[int, list[str]] = field(default_factory=dict)
+    positions: dict[int, dict[str, list[list[float]]]] = field(default_factory=dict)
+
+    def add(self, task: int, instruction: str, obs0: np.ndarray, objects: tuple[str, ...]) -> None:
+        texts = self.instructions.setdefault(task, [])
+        if instruction not in texts:
+            texts.append(instruction)
+        slots = self.positions.setdefault(task, {})
+        for name, xy in initial_positions(obs0, objects).items():
+            slots.setdefault(name, []).append([round(float(v), 4) for v in xy])
+
+    def mean(self, task: int, name: str) -> np.ndarray | None:
+        pts = self.positions.get(task, {}).get(name)
+        return None if not pts else np.mean(np.asarray(pts, dtype=float), axis=0)
+
+    def distance(self, task: int, name: str, xy: np.ndarray) -> float:
+        """Distance from `xy` to the nearest training position of object `name` (inf when never seen)."""
+        pts = self.positions.get(task, {}).get(name)
+        if not pts:
+            return float("inf")
+        return float(np.min(np.linalg.norm(np.asarray(pts, dtype=float) - xy, axis=1)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "instructions": {str(t): v for t, v in sorted(self.instructions.items())},
+            "positions": {str(t): v for t, v in sorted(self.positions.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LiberoReference:
+        return cls(
+            {int(t): list(v) for t, v in d["instructions"].items()},
+            {int(t): {n: [list(p) for p in pts] for n, pts in v.items()} for t, v in d["positions"].items()},
+        )
+
+
+@dataclass(frozen=True)
+class LiberoDiagnoser:
+    """Diagnoses failed LIBERO rollouts against a `LiberoReference` (see the module docstring)."""
+
+    objects: tuple[str, ...]  # the observation's object slots (`SuiteObservation.objects`)
+    roles: dict[int, tuple[str, str]]  # task -> (goal object, target body)
+    phases: tuple[str, ...]
+    threshold: float = 0.03  # metres beyond every training position that count as moved
+
+    def diagnose(
+        self, task: int, obs0: np.ndarray, instruction: str, phase_reached: int, reference: LiberoReference
+    ) -> dict[str, Any] | None:
+        """The diagnosis of a failed rollout of source task `task` from its first observation row, the
+        instruction it was given and the number of phases it reached; None when nothing differs."""
+        phase = self.phases[min(int(phase_reached), len(self.phases) - 1)]
+        base = {"variant": "default", "phase": phase, "confidence": 1.0, "evidence_steps": [0]}
+        if instruction not in reference.instructions.get(task, []):
+            return {
+                **base,
+                "factor": "instruction",
+                "cause": f"fails to complete '{phase}' when told an unfamiliar instruction: {instruction}",
+                "instruction": instruction,
+            }
+        goal, target = self.roles[task]
+        now = initial_positions(obs0, self.objects)
+        moved = {
+            n: reference.distance(task, n, xy)
+            for n, xy in now.items()
+            if reference.distance(task, n, xy) > self.threshold
+        }
+        swap = self._swap(task, goal, target, now, moved, reference)
+        if swap is not None:
+            other, rank = swap
+            return {
+                **base,
+                "factor": "position",
+                "role": "swap",
+                "rank": rank,
+                "cause": f"fails to complete '{phase}' when the goal object stands where {other} was trained",
+            }
+        for role, name in (("object", goal), ("target", target)):
+            if name in moved:
+                offset = now[name] - reference.mean(task, name)
+                dx, dy = (round(float(v), 4) for v in offset)
+                return {
+                    **base,
+                    "factor": "position",
+                    "role": role,
+                    "offset": [dx, dy],
+                    "cause": f"fails to complete '{phase}' when the {role} is ({dx:+.2f}, {dy:+.2f}) m from "
+                    "where training put it",
+                }
+        return None
+
+    def _swap(self, task, goal, target, now, moved, reference) -> tuple[str, int] | None:
+        """(the object the goal traded places with, its rank among the goal's nearest movable objects in
+        training) when the goal stands at another object's training position and that object at the goal's."""
+        if goal not in moved or goal not in now:
+            return None
+        home = reference.mean(task, goal)
+        if home is None:
+            return None
+        others = sorted(
+            (n for n in now if n not in (goal, target) and reference.mean(task, n) is not None),
+            key=lambda n: float(np.linalg.norm(reference.mean(task, n) - home)),
+        )
+        for rank, n in enumerate(others):
+            there = reference.mean(task, n)
+            if (
+                np.linalg.norm(now[goal] - there) <= self.threshold
+                and np.linalg.norm(now[n] - home) <= self.threshold
+            ):
+                return n, rank
+        return None

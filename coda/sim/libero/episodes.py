@@ -1,0 +1,305 @@
+"""LIBERO episodes: the observation over a suite's objects, the worker job that runs one episode (a policy,
+the critic-guided policy or the scripted planner, on a bundled initial state with a variant's perturbation),
+and the evaluation on the standard, position (``_swap``) and instruction (``_lan``) suites.
+
+* **Observation** (`SuiteObservation`): end-effector pose and fingers, then one slot per object instance of
+  the suite (present flag, position relative to the end effector). The goal object is *not* marked: the
+  policy must read it from the instruction, so instruction perturbations matter.
+* **Evaluation**: the last ``eval_states`` bundled initial states of each task in the standard suite, its
+  ``_swap`` version (LIBERO-Pro's position perturbation) and its ``_lan`` version (instruction
+  perturbation, read from ``env.language_instruction``). Never used for training or generation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from coda.learn.train import NoisyExpert
+from coda.libero import programs as lp
+
+KINDS = {"standard": "", "position": "_swap", "instruction": "_lan"}  # Table 2's columns -> suite suffix
+N_INIT = 50  # bundled initial states per task
+PROPRIO = 9  # ee position (3), ee quaternion (4), finger joints (2)
+
+
+def suite_of(base: str, kind: str) -> str:
+    return base + KINDS[kind]
+
+
+# -- observation -------------------------------------------------------------------------------------------
+def suite_objects(suite: str) -> tuple[str, ...]:
+    """Every object instance name declared in the suite's BDDL files (sorted), e.g. 'alphabet_soup_1'."""
+    from coda.sim.libero import get_task, n_tasks
+
+    names: set[str] = set()
+    for t in range(n_tasks(suite)):
+        text = Path(get_task(suite, t).bddl_path).read_text()
+        m = re.search(r"\(:objects(.*?)\)", text, re.S)
+        if m:
+            names.update(re.findall(r"(\S+)\s+-\s+\S+", m.group(1)))
+    return tuple(sorted(names))
+
+
+@dataclass(frozen=True)
+class SuiteObservation:
+    """Fixed-length observation over a suite's object vocabulary (see the module docstring)."""
+
+    objects: tuple[str, ...]
+
+    @property
+    def dim(self) -> int:
+        return PROPRIO + 4 * len(self.objects)
+
+    def __call__(self, state: dict[str, Any]) -> np.ndarray:
+        ee = np.asarray(state["ee_pos"], dtype=float)
+        vec = np.zeros(self.dim, dtype=np.float32)
+        vec[:PROPRIO] = np.concatenate([ee, state["ee_quat"], state["grip"]])
+        positions = state["objects"]
+        for i, name in enumerate(self.objects):
+            if name in positions:
+                k = PROPRIO + 4 * i
+                vec[k] = 1.0
+                vec[k + 1 : k + 4] = np.asarray(positions[name]) - ee
+        return vec
+
+
+# -- worker side -------------------------------------------------------------------------------------------
+_ENVS: dict[tuple[str, int], Any] = {}
+_ACTORS: dict[tuple, Any] = {}
+_OBS: dict[str, SuiteObservation] = {}
+MAX_ENVS = 6  # environments a worker keeps open (creating one costs 1.5–3 s)
+
+
+def _env(suite: str, task: int):
+    from coda.sim.libero import LiberoEnv
+
+    key = (suite, task)
+    if key not in _ENVS:
+        if len(_ENVS) >= MAX_ENVS:
+            _ENVS.pop(next(iter(_ENVS))).close()
+        _ENVS[key] = LiberoEnv(suite, task)
+    return _ENVS[key]
+
+
+def _learned_actor(policy_dir: str, critic_dir: str | None, j: int, temperature: float, seed: int):
+    key = (policy_dir, critic_dir, j, temperature, seed)
+    if key not in _ACTORS:
+        from coda.learn.awr import CriticGuidedPolicy
+        from coda.learn.critic import ChunkCritic
+        from coda.learn.policies import ChunkPolicy
+
+        torch.set_num_threads(1)
+        _ACTORS.clear()
+        policy = ChunkPolicy.from_pretrained(policy_dir).eval()
+        if critic_dir is None:
+            _ACTORS[key] = policy
+        else:
+            critic = ChunkCritic.from_pretrained(critic_dir)
+            _ACTORS[key] = CriticGuidedPolicy(policy, critic, j=j, temperature=temperature, seed=seed)
+    return _ACTORS[key]
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One episode to run in a worker: which suite/task/state, the perturbation, and who acts."""
+
+    suite: str
+    variant: lp.Variant
+    actor: str  # "planner" or a policy directory
+    base_suite: str  # whose object vocabulary the observation uses
+    critic: str | None = None
+    noise: float = 0.0
+    seed: int = 0
+    j: int = 8
+    temperature: float = 0.5
+    max_steps: int = 300
+    record: bool = False
+
+    def job(self) -> dict[str, Any]:
+        return {**self.__dict__, "variant": self.variant.to_dict()}
+
+
+def episode_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Worker job: one LIBERO episode (see `Episode`); returns its outcome, and the record when asked."""
+    from coda.sim.libero import run_episode
+
+    variant = lp.Variant.from_dict(job["variant"])
+    env = _env(job["suite"], variant.task)
+    if job["base_suite"] not in _OBS:
+        _OBS[job["base_suite"]] = SuiteObservation(suite_objects(job["base_suite"]))
+    observe = _OBS[job["base_suite"]]
+    shifts = {_role_object(env, role): tuple(xy) for role, xy in variant.shifts.items()}
+    if variant.swap is not None:
+        shifts.update(swap_shifts(env, variant.init_index, variant.swap))
+    expert = None
+    if job["actor"] == "planner":
+        from coda.sim.libero.planner import LiberoPlanner
+
+        expert = NoisyExpert(LiberoPlanner(env.task, env), job["noise"], np.random.default_rng(job["seed"]))
+        actor = expert
+    else:
+        actor = _learned_actor(job["actor"], job["critic"], job["j"], job["temperature"], job["seed"])
+    rec = run_episode(
+        env,
+        variant.init_index,
+        actor,
+        shifts=shifts or None,
+        max_steps=job["max_steps"],
+        observe=observe,
+        instruction=variant.instruction,
+    )
+    out = {
+        "success": bool(rec.success),
+        "success_held": bool(rec.success_held),
+        "steps": int(rec.steps),
+        "phase_reached": int(rec.phases[-1].sum()) if len(rec.phases) else 0,
+        "valid": bool(env.last_reset_valid) if shifts else True,
+        "instruction": rec.instruction,
+        "seconds": round(rec.seconds, 3),
+    }
+    if job["record"]:
+        out["record"] = rec.to_dict()
+        if expert is not None:
+            labels = np.concatenate(expert.labels)[: rec.steps] if expert.labels else np.zeros((0, 7))
+            out["labels"] = labels.astype(float).tolist()
+    return out
+
+
+def swap_shifts(env, init_index: int, rank: int) -> dict[str, tuple[float, float]]:
+    """x/y shifts that make the goal object and its `rank`-th nearest movable object (not the goal target)
+    trade places, measured on the settled initial state."""
+    rest = env.reset(init_index)["objects"]
+    goal = env.task.goal.obj
+    others = sorted(
+        (n for n in env.object_names if n not in (goal, env.target_body) and n in rest),
+        key=lambda n: float(np.linalg.norm(rest[n][:2] - rest[goal][:2])),
+    )
+    if not others:
+        return {}
+    other = others[rank % len(others)]
+    dx, dy = (float(v) for v in rest[other][:2] - rest[goal][:2])
+    return {goal: (dx, dy), other: (-dx, -dy)}
+
+
+def _role_object(env, role: str) -> str:
+    goal = env.task.goal
+    if role == "object":
+        return goal.obj
+    return env.target_body
+
+
+# -- orchestration helpers ---------------------------------------------------------------------------------
+def make_pool(cfg):
+    from coda.sim.executor import make_executor
+
+    return make_executor(
+        cfg.sim.backend,
+        cfg.libero.workers,
+        timeout_s=max(120.0, cfg.libero.max_steps * 0.5),
+        retries=cfg.sim.retries,
+        ray_address=cfg.sim.ray_address,
+    )
+
+
+def run_episodes(pool, episodes: list[Episode], desc: str) -> list[dict[str, Any]]:
+    """Run episodes (sorted by environment so that workers reuse them), results in input order."""
+    order = sorted(range(len(episodes)), key=lambda i: (episodes[i].suite, episodes[i].variant.task))
+    results = pool.map(episode_job, [episodes[i].job() for i in order], desc=desc)
+    out: list[dict[str, Any]] = [{} for _ in episodes]
+    for i, res in zip(order, results, strict=True):
+        out[i] = res.value if res.ok else {"success": False, "error": res.error, "valid": False}
+    return out
+
+
+def demo_from(result: dict[str, Any]) -> dict[str, Any] | None:
+    """A demonstration (for `chunk_dataset`) from a planner episode's result; None when it failed."""
+    if not result.get("success") or "record" not in result:
+        return None
+    rec = result["record"]
+    steps = int(rec["steps"])
+    return {
+        "success": True,
+        "instruction": rec["instruction"],
+        "obs": np.asarray(rec["obs"], dtype=np.float32)[:steps],
+        "labels": np.asarray(result["labels"], dtype=np.float32).reshape(-1, 7)[:steps],
+    }
+
+
+def pack_demos(demos: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    lengths = np.array([len(d["obs"]) for d in demos], dtype=np.int64)
+    return {
+        "lengths": lengths,
+        "obs": np.concatenate([d["obs"] for d in demos]) if demos else np.zeros((0, 1), np.float32),
+        "labels": np.concatenate([d["labels"] for d in demos]) if demos else np.zeros((0, 7), np.float32),
+        "instruction": np.array([d["instruction"] for d in demos], dtype=str),
+    }
+
+
+def unpack_demos(z) -> list[dict[str, Any]]:
+    out, k = [], 0
+    for n, instr in zip(z["lengths"].tolist(), z["instruction"].tolist(), strict=True):
+        out.append(
+            {
+                "success": True,
+                "instruction": instr,
+                "obs": z["obs"][k : k + n],
+                "labels": z["labels"][k : k + n],
+            }
+        )
+        k += n
+    return out
+
+
+def success_table(rows: list[tuple[str, int, dict[str, Any]]]) -> dict[str, Any]:
+    """{kind: {"mean", "n", "by_task"}} from (kind, task, result) rows."""
+    table: dict[str, Any] = {}
+    for kind in KINDS:
+        mine = [(t, bool(r.get("success"))) for k, t, r in rows if k == kind]
+        if not mine:
+            continue
+        by_task: dict[str, list[bool]] = {}
+        for t, s in mine:
+            by_task.setdefault(str(t), []).append(s)
+        table[kind] = {
+            "mean": round(float(np.mean([s for _, s in mine])), 4),
+            "n": len(mine),
+            "by_task": {
+                t: round(float(np.mean(v)), 4) for t, v in sorted(by_task.items(), key=lambda x: int(x[0]))
+            },
+        }
+    return table
+
+
+def eval_states(cfg) -> list[int]:
+    return list(range(N_INIT - cfg.libero.eval_states, N_INIT))
+
+
+def evaluate(pool, cfg, policy_dir: Path, critic_dir: Path | None, seed: int, desc: str) -> dict[str, Any]:
+    """Success on the evaluation states of every source task in the standard, position and instruction suites."""
+    c = cfg.libero
+    episodes, keys = [], []
+    for kind in KINDS:
+        for t in c.tasks:
+            for i in eval_states(cfg):
+                episodes.append(
+                    Episode(
+                        suite_of(c.suite, kind),
+                        lp.Variant(t, i),
+                        str(policy_dir.resolve()),
+                        c.suite,
+                        critic=str(critic_dir.resolve()) if critic_dir else None,
+                        seed=seed,
+                        j=cfg.coevolve.j,
+                        temperature=cfg.coevolve.temperature,
+                        max_steps=c.max_steps,
+                    )
+                )
+                keys.append((kind, t))
+    results = run_episodes(pool, episodes, desc)
+    return success_table([(k, t, r) for (k, t), r in zip(keys, results, strict=True)])

@@ -1,0 +1,128 @@
+"""The package's shape: no module over 600 lines, and no import cycle between `coda` modules (every import
+counts, including those inside functions: a cycle there is still two modules that need each other)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+CODA = Path(__file__).resolve().parent.parent / "coda"
+MAX_LINES = 600
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in CODA.rglob("*.py"):
+        parts = list(p.relative_to(CODA.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the `coda` modules it imports (``from pkg import name`` counts as pkg.name when that is a
+    module, else as pkg)."""
+    mods = _modules()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        pkg = m if p.name == "__init__.py" else m.rpartition(".")[0]
+        for node in ast.walk(ast.parse(p.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [resolve(a.name) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = pkg.split(".")[: len(pkg.split(".")) - (node.level - 1)]
+                    base = ".".join(up + ([base] if base else []))
+                targets = [
+                    f"{base}.{a.name}" if f"{base}.{a.name}" in mods else resolve(base) for a in node.names
+                ]
+            graph[m] |= {t for t in targets if t and t != m}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter
+                    counter += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_between_coda_modules():
+    found = cycles(import_graph())
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_no_module_over_600_lines():
+    long = {
+        str(p.relative_to(CODA.parent)): n
+        for p in CODA.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_the_loop_does_not_import_a_simulator():
+    """`coda.coevolve` reaches simulators only through the `Domain` interface (the PyBullet entry point
+    `run_method` excepted, which builds its domain)."""
+    graph = import_graph()
+    for m in (
+        "coda.coevolve.modes",
+        "coda.coevolve.train",
+        "coda.coevolve.schedule",
+        "coda.coevolve.state",
+        "coda.coevolve.methods",
+    ):
+        sims = {t for t in graph[m] if t.startswith("coda.sim") or t.startswith("coda.libero")}
+        assert not sims, f"{m} imports {sims}"
