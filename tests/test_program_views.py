@@ -112,6 +112,7 @@ def test_training_view():
     assert view.tools["planner_demos"] == 3 and view.tools["imitation_weight"] == 1.0
     assert view.potential["family"] == "push"
     assert (view.task, view.phase_weights, view.planner_demos) == (None, None, None)
+    assert view.demos == 3 and view.imitation_ratio == 1.0 / P.TOOLS_DEFAULTS["critic_weight"]
 
 
 @pytest.mark.parametrize(
@@ -162,6 +163,7 @@ def test_libero_documents_are_views_too():
     train = TrainingProgram.from_doc(LIBERO_TRAINING)
     assert train.is_libero and train.phase_weights == (1.0, 3.0, 1.0, 1.0, 1.0) and train.planner_demos == 1
     assert train.mode == "libero_object/3/grasped" and train.tools is None
+    assert train.demos == 1 and train.imitation_ratio == 1.0  # the loop reads both dialects alike
     assert TrainingProgram.from_doc(train.doc) == train
 
 

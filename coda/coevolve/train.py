@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from coda.learn.train import chunk_dataset, demo_batch
+from coda.memory.program_views import TrainingProgram
 from coda.progress import progress
 
 
@@ -35,7 +36,7 @@ class Trainer:
             def priority(item):
                 q, v, rec = item
                 program = loop.modes.training_program(q.mode_id) if q.split == "targeted" else None
-                extra = program["tools"]["planner_demos"] if program else 0
+                extra = TrainingProgram.from_doc(program).demos if program else 0
                 return (rec.success, -extra, v["hash"])
 
             cands.sort(key=priority)
@@ -50,10 +51,10 @@ class Trainer:
         if not loop.method.store_training:
             return c.imitation_weight
         programs = [loop.modes.training_program(m.mode_id) for m in loop.memory.modes()]
-        tools = [p["tools"] for p in programs if p is not None]
-        if not tools:
+        views = [TrainingProgram.from_doc(p) for p in programs if p is not None]
+        if not views:
             return c.imitation_weight
-        ratio = np.mean([t["imitation_weight"] / max(t["critic_weight"], 1e-3) for t in tools])
+        ratio = np.mean([v.imitation_ratio for v in views])
         return float(c.imitation_weight * ratio)
 
     def train(self, r: int, rollouts: list, clock: Any = None) -> tuple[int, list[dict]]:

@@ -22,8 +22,6 @@ import numpy as np
 
 FAULT_ENV = "CODA_FAULT_INJECT"
 
-_ACTORS: dict[tuple, Any] = {}  # (policy_dir, critic_dir, j, temperature, seed) -> rollout policy
-
 
 def generate_job(job: dict[str, Any]) -> dict[str, Any]:
     """Build one environment: sample (novel), apply a generation program (targeted) or take a stored scene
@@ -107,41 +105,26 @@ def rollout_job(job: dict[str, Any]) -> dict[str, Any]:
     given, else the policy's own sample. job: policy, critic (dirs), scene (JSON), max_chunks, j,
     temperature, selection ("softmax" or "argmax"), seed, record (return the full `RolloutRecord` dict, else a
     summary), and optionally embedding (the instruction's, from the parent's encoder)."""
-    import torch
-
     from coda import data
-    from coda.learn.awr import CriticGuidedPolicy
-    from coda.learn.critic import ChunkCritic
-    from coda.learn.policies import ChunkPolicy
+    from coda.learn.awr import cached_actor
     from coda.learn.text import get_encoder
     from coda.sim.rollout import run_episode
     from coda.sim.scene import SceneSpec
 
-    key = (
+    actor = cached_actor(
         job["policy"],
         job.get("critic"),
-        job.get("j", 8),
-        job.get("temperature", 0.5),
-        job.get("seed", 0),
-        job.get("selection", "softmax"),
+        j=job.get("j", 8),
+        temperature=job.get("temperature", 0.5),
+        seed=job.get("seed", 0),
+        mode=job.get("selection", "softmax"),
     )
-    if key not in _ACTORS:
-        torch.set_num_threads(1)
-        _ACTORS.clear()  # one policy per worker at a time: rounds replace it
-        policy = ChunkPolicy.from_pretrained(job["policy"])
-        if job.get("critic"):
-            critic = ChunkCritic.from_pretrained(job["critic"])
-            _ACTORS[key] = CriticGuidedPolicy(
-                policy, critic, j=key[2], temperature=key[3], seed=key[4], mode=key[5]
-            )
-        else:
-            _ACTORS[key] = policy.eval()
     cpu0 = time.process_time()
     scene = SceneSpec.from_json(job["scene"])
     if job.get("embedding") is not None:  # the parent's embedding: no text model to load here
         get_encoder().remember([scene.task.instruction], [job["embedding"]])
     _inject_fault(scene.hash)
-    rec = run_episode(data._WORLD, scene, _ACTORS[key], max_chunks=job["max_chunks"])
+    rec = run_episode(data._WORLD, scene, actor, max_chunks=job["max_chunks"])
     if job.get("record"):
         return {**rec.to_dict(), "cpu_s": time.process_time() - cpu0}
     return {

@@ -144,6 +144,40 @@ class CriticGuidedPolicy:
 # ==================================================================================================
 # advantage-weighted regression
 # ==================================================================================================
+_ACTORS: dict[
+    tuple, Any
+] = {}  # a worker's rollout policy: (policy_dir, critic_dir, j, τ, seed, mode) -> actor
+
+
+def cached_actor(
+    policy_dir: str,
+    critic_dir: str | None,
+    *,
+    j: int = 8,
+    temperature: float = 0.5,
+    seed: int = 0,
+    mode: SelectMode = "softmax",
+):
+    """The rollout policy a worker acts with: the saved policy, critic-guided when a critic is given. A
+    worker keeps one at a time (rounds replace it) and loads it once per version: the loop publishes every
+    new actor under a fresh directory name."""
+    from coda.learn.critic import ChunkCritic
+
+    key = (policy_dir, critic_dir, j, temperature, seed, mode)
+    if key not in _ACTORS:
+        torch.set_num_threads(1)
+        _ACTORS.clear()
+        policy = ChunkPolicy.from_pretrained(policy_dir)
+        if critic_dir:
+            critic = ChunkCritic.from_pretrained(critic_dir)
+            _ACTORS[key] = CriticGuidedPolicy(
+                policy, critic, j=j, temperature=temperature, seed=seed, mode=mode
+            )
+        else:
+            _ACTORS[key] = policy.eval()
+    return _ACTORS[key]
+
+
 def capped_weights(advantages: Tensor, beta: float, max_weight: float) -> Tensor:
     """AWR weights of any shape: proportional to exp(A/β), capped at `max_weight`, with mean exactly 1.
 

@@ -119,6 +119,18 @@ class TrainingProgram(_ProgramView):
     phase_weights: tuple[float, ...] | None = None
     planner_demos: int | None = None
 
+    @property
+    def demos(self) -> int:
+        """Planner demonstrations the program asks for on its targeted environments (either dialect)."""
+        return int(self.tools["planner_demos"] if self.tools is not None else self.planner_demos or 0)
+
+    @property
+    def imitation_ratio(self) -> float:
+        """The imitation term's weight relative to the critic's (1 for LIBERO programs, which set neither)."""
+        if self.tools is None:
+            return 1.0
+        return self.tools["imitation_weight"] / max(self.tools["critic_weight"], 1e-3)
+
 
 def program_view(doc: Any) -> GenerationProgram | TrainingProgram:
     """The view of a generation or training program, by its ``kind`` (validated as `validate_program`)."""

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
+from coda.learn.awr import cached_actor
 from coda.learn.train import NoisyExpert
 from coda.libero import programs as lp
 
@@ -71,7 +71,6 @@ class SuiteObservation:
 
 # -- worker side -------------------------------------------------------------------------------------------
 _ENVS: dict[tuple[str, int], Any] = {}
-_ACTORS: dict[tuple, Any] = {}
 _OBS: dict[str, SuiteObservation] = {}
 MAX_ENVS = 6  # environments a worker keeps open (creating one costs 1.5–3 s)
 
@@ -85,24 +84,6 @@ def _env(suite: str, task: int):
             _ENVS.pop(next(iter(_ENVS))).close()
         _ENVS[key] = LiberoEnv(suite, task)
     return _ENVS[key]
-
-
-def _learned_actor(policy_dir: str, critic_dir: str | None, j: int, temperature: float, seed: int):
-    key = (policy_dir, critic_dir, j, temperature, seed)
-    if key not in _ACTORS:
-        from coda.learn.awr import CriticGuidedPolicy
-        from coda.learn.critic import ChunkCritic
-        from coda.learn.policies import ChunkPolicy
-
-        torch.set_num_threads(1)
-        _ACTORS.clear()
-        policy = ChunkPolicy.from_pretrained(policy_dir).eval()
-        if critic_dir is None:
-            _ACTORS[key] = policy
-        else:
-            critic = ChunkCritic.from_pretrained(critic_dir)
-            _ACTORS[key] = CriticGuidedPolicy(policy, critic, j=j, temperature=temperature, seed=seed)
-    return _ACTORS[key]
 
 
 @dataclass(frozen=True)
@@ -144,7 +125,9 @@ def episode_job(job: dict[str, Any]) -> dict[str, Any]:
         expert = NoisyExpert(LiberoPlanner(env.task, env), job["noise"], np.random.default_rng(job["seed"]))
         actor = expert
     else:
-        actor = _learned_actor(job["actor"], job["critic"], job["j"], job["temperature"], job["seed"])
+        actor = cached_actor(
+            job["actor"], job["critic"], j=job["j"], temperature=job["temperature"], seed=job["seed"]
+        )
     rec = run_episode(
         env,
         variant.init_index,
