@@ -126,3 +126,37 @@ def test_the_loop_does_not_import_a_simulator():
     ):
         sims = {t for t in graph[m] if t.startswith("coda.sim") or t.startswith("coda.libero")}
         assert not sims, f"{m} imports {sims}"
+
+
+# The layers, lowest first (docs/ARCHITECTURE.md): a module may import its own layer and those below.
+LAYERS = (
+    ("coda.config", "coda.errors", "coda.progress"),
+    ("coda.sim",),
+    ("coda.data", "coda.evaluate"),
+    ("coda.learn",),
+    ("coda.memory",),
+    ("coda.engine", "coda.libero.programs"),
+    ("coda.sim.domain", "coda.sim.libero.domain", "coda.sim.libero.episodes"),  # the Domain implementations
+    ("coda.coevolve",),
+    ("coda.scaling", "coda.libero"),
+    ("coda.report", "coda.maintenance"),
+    ("coda.cli", "coda.__main__", "coda"),
+)
+
+
+def layer_of(module: str) -> int:
+    """The layer of the longest prefix that names the module."""
+    best, depth = None, -1
+    for i, prefixes in enumerate(LAYERS):
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and len(p) > depth:
+                best, depth = i, len(p)
+    assert best is not None, f"{module} is in no layer"
+    return best
+
+
+def test_every_module_imports_only_its_layer_and_those_below():
+    upward = sorted(
+        f"{a} -> {b}" for a, targets in import_graph().items() for b in targets if layer_of(b) > layer_of(a)
+    )
+    assert not upward, "imports of a higher layer: " + "; ".join(upward)
