@@ -19,6 +19,13 @@ Example:
     7345678
 
     $ coda prune runs/coda-0 --keep 2 --dry-run --json
+
+`compare_runs` says whether two run directories hold the same results: every file byte for byte, except the
+JSON records (``rounds.json``, ``metrics.json``, ``run.json``, each round's ``state.json``), which are compared
+after dropping what differs between identical runs — wall and CPU seconds and the git provenance. Memory
+snapshots (their manifests hash every file) and checkpoints are compared as bytes.
+
+    $ coda compare runs/coda-0 /elsewhere/coda-0     # exit 0 when identical, 1 with the differing files
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ _CHECKPOINT = re.compile(r"round-(\d+)(\.tmp)?")
 _SNAPSHOT = re.compile(r"\.?round-(\d+)(\.tmp-.*)?")
 # top-level directories of a run by kind (see coda.coevolve); files at the top level are metrics/records
 KINDS = {"rounds": "checkpoints", "memory": "memory", "actor": "actor"}
+# keys of the JSON records that differ between two identical runs: timings and the code's provenance
+VOLATILE_KEYS = frozenset({"wall_s", "time_s", "cpu_s", "worker_cpu_s", "git_sha", "git_dirty"})
 
 
 def _size(path: Path) -> int:
@@ -132,6 +141,58 @@ def prune(run_dir: str | Path, keep: int = 1, dry_run: bool = False) -> dict[str
 
 
 # -- `coda prune` -------------------------------------------------------------------------------------------
+def _without_volatile(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_volatile(v) for k, v in value.items() if k not in VOLATILE_KEYS}
+    if isinstance(value, list):
+        return [_without_volatile(v) for v in value]
+    return value
+
+
+def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
+    """Which files of run directories `a` and `b` are identical (see the module docstring): ``files`` (the
+    union), ``identical``, and ``different`` (the paths that differ or exist in only one, sorted)."""
+    a, b = Path(a), Path(b)
+    for d in (a, b):
+        if not d.is_dir():
+            raise FileNotFoundError(f"{d}: not a run directory")
+    fa = {p.relative_to(a).as_posix(): p for p in a.rglob("*") if p.is_file()}
+    fb = {p.relative_to(b).as_posix(): p for p in b.rglob("*") if p.is_file()}
+    different = set(fa) ^ set(fb)
+    for name in set(fa) & set(fb):
+        x, y = fa[name].read_bytes(), fb[name].read_bytes()
+        if x == y:
+            continue
+        if name.endswith(".json") and not name.startswith("memory/"):
+            try:
+                if _without_volatile(json.loads(x)) == _without_volatile(json.loads(y)):
+                    continue
+            except ValueError:
+                pass
+        different.add(name)
+    files = len(set(fa) | set(fb))
+    return {"files": files, "identical": files - len(different), "different": sorted(different)}
+
+
+def add_compare_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``compare RUN_A RUN_B`` to the ``coda`` subparsers."""
+    p = subparsers.add_parser(
+        "compare", help="whether two run directories hold the same results (timings and git provenance aside)"
+    )
+    p.add_argument("run_a")
+    p.add_argument("run_b")
+    return p
+
+
+def run_compare_command(args: argparse.Namespace) -> int:
+    try:
+        report = compare_runs(args.run_a, args.run_b)
+    except FileNotFoundError as err:
+        raise UserError(str(err)) from None
+    print(json.dumps(report))
+    return 0 if not report["different"] else 1
+
+
 def add_prune_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``prune RUN_DIR [--keep N] [--dry-run] [--json]`` to the ``coda`` subparsers."""
     p = subparsers.add_parser(

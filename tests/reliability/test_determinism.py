@@ -7,6 +7,7 @@ import json
 import pytest
 from rel_helpers import without_timing
 
+from coda.maintenance import compare_runs
 from coda.memory.store import load_snapshot
 
 
@@ -44,3 +45,6 @@ def test_one_and_two_workers_give_identical_runs(reference_run, one_worker_run):
     final_a = json.loads((a / "metrics.json").read_text())
     final_b = json.loads((b / "metrics.json").read_text())
     assert without_timing(final_a) == without_timing(final_b)
+    # and every other file of the two run directories (`coda compare`: timings and git provenance aside)
+    report = compare_runs(a, b)
+    assert report["different"] == [] and report["identical"] == report["files"] > 20

@@ -9,7 +9,7 @@ import sys
 import pytest
 from rel_helpers import ROOT, without_timing
 
-from coda.maintenance import prune, run_usage
+from coda.maintenance import compare_runs, prune, run_usage
 from coda.memory.store import load_snapshot
 
 
@@ -105,3 +105,28 @@ def test_resource_benchmark_measures_peak_memory():
     assert out["exit_code"] == 0
     assert 300 <= out["peak_rss_largest_process_mb"] < 1000
     assert 250 <= out["peak_rss_process_tree_mb"] < 1000
+
+
+def test_compare_runs_ignores_timings_only(tmp_path):
+    a = tmp_path / "a"
+    (a / "rounds" / "round-0001").mkdir(parents=True)
+    (a / "rounds" / "round-0001" / "replay.npz").write_bytes(b"\x00\x01")
+    (a / "rounds.json").write_text(
+        json.dumps([{"round": 1, "ood_success": 0.5, "wall_s": 3.0, "time_s": {"x": 1}}])
+    )
+    (a / "run.json").write_text(json.dumps({"seed": 0, "git_sha": "abc", "git_dirty": False}))
+    b = tmp_path / "b"
+    shutil.copytree(a, b)
+    (b / "rounds.json").write_text(
+        json.dumps([{"round": 1, "ood_success": 0.5, "wall_s": 9.0, "time_s": {"x": 2}}])
+    )
+    (b / "run.json").write_text(json.dumps({"seed": 0, "git_sha": "def", "git_dirty": True}))
+    assert compare_runs(a, b) == {"files": 3, "identical": 3, "different": []}
+    (b / "rounds.json").write_text(json.dumps([{"round": 1, "ood_success": 0.6, "wall_s": 9.0}]))
+    (b / "rounds" / "round-0001" / "replay.npz").write_bytes(b"\x00\x02")
+    (b / "metrics.json").write_text("{}")
+    assert compare_runs(a, b)["different"] == ["metrics.json", "rounds.json", "rounds/round-0001/replay.npz"]
+    out = subprocess.run(
+        [sys.executable, "-m", "coda", "compare", str(a), str(b)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert out.returncode == 1 and json.loads(out.stdout)["identical"] == 1  # run.json
