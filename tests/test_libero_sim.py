@@ -49,6 +49,18 @@ def test_shift_moves_object(env):
     assert not env.last_reset_valid
 
 
+def test_program_roles_name_movable_objects_and_a_swap_never_moves_the_target(env):
+    from coda.sim.libero.episodes import _role_object, swap_shifts
+
+    assert _role_object(env, "object") == "alphabet_soup_1"
+    target = _role_object(env, "target")
+    assert target == "basket_1" and target in env.object_names  # a target shift moves the basket
+    env.reset(0, {target: (0.03, 0.0)})
+    for rank in range(3):
+        moved = swap_shifts(env, 0, rank)
+        assert "alphabet_soup_1" in moved and target not in moved and len(moved) == 2
+
+
 def test_lan_suite_instruction_differs():
     task = lib.get_task("libero_object_lan", 0)
     e = lib.LiberoEnv("libero_object_lan", 0)

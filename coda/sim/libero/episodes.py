@@ -160,7 +160,7 @@ def swap_shifts(env, init_index: int, rank: int) -> dict[str, tuple[float, float
     rest = env.reset(init_index)["objects"]
     goal = env.task.goal.obj
     others = sorted(
-        (n for n in env.object_names if n not in (goal, env.target_body) and n in rest),
+        (n for n in env.object_names if n not in (goal, env.target_body()) and n in rest),
         key=lambda n: float(np.linalg.norm(rest[n][:2] - rest[goal][:2])),
     )
     if not others:
@@ -174,7 +174,7 @@ def _role_object(env, role: str) -> str:
     goal = env.task.goal
     if role == "object":
         return goal.obj
-    return env.target_body
+    return env.target_body()
 
 
 # -- orchestration helpers ---------------------------------------------------------------------------------
