@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from coda.engine import generate as gen
+from coda.engine.control import round_pairs
 from coda.progress import progress
 
 ROLLOUT_SPLITS = ("novel", "targeted", "replay", "mutation")  # splits whose failures are diagnosed
@@ -376,6 +377,4 @@ class ModeBook:
 
 def gen_pairs(rollouts: list) -> dict[str, tuple[list[bool], list[bool]]]:
     """The round's complete targeted/control pairs per mode (`coda.engine.control.round_pairs`)."""
-    from coda.engine.control import round_pairs
-
     return round_pairs((q.split, q.mode_id, q.pair, rec.success) for q, _, rec in rollouts)

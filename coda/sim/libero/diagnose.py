@@ -106,11 +106,8 @@ class LiberoDiagnoser:
             }
         goal, target = self.roles[task]
         now = initial_positions(obs0, self.objects)
-        moved = {
-            n: reference.distance(task, n, xy)
-            for n, xy in now.items()
-            if reference.distance(task, n, xy) > self.threshold
-        }
+        distance = {n: reference.distance(task, n, xy) for n, xy in now.items()}
+        moved = {n for n, d in distance.items() if d > self.threshold}
         swap = self._swap(task, goal, target, now, moved, reference)
         if swap is not None:
             other, rank = swap

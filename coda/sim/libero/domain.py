@@ -121,17 +121,10 @@ class LiberoDomain:
     def _roles(self) -> dict[int, tuple[str, str]]:
         """Task -> (goal object, target body), from the task's goal (the basket for its contain region)."""
         from coda.sim.libero import get_task
+        from coda.sim.libero.env import owning_body
 
-        out = {}
-        for t in self.c.tasks:
-            goal = get_task(self.c.suite, t).goal
-            target = goal.target
-            for n in sorted(self.objects, key=len, reverse=True):
-                if target.startswith(n + "_"):
-                    target = n
-                    break
-            out[t] = (goal.obj, target)
-        return out
+        goals = {t: get_task(self.c.suite, t).goal for t in self.c.tasks}
+        return {t: (g.obj, owning_body(g.target, self.objects)) for t, g in goals.items()}
 
     # -- environments -----------------------------------------------------------------------------------
     def bases(self, family: str) -> list[str]:

@@ -13,7 +13,7 @@ import io
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from typing import Any, Protocol
@@ -81,6 +81,18 @@ class Goal:
     predicate: str  # "On" or "In"
     obj: str  # BDDL object name, e.g. "alphabet_soup_1"
     target: str  # BDDL object, fixture or region/site name, e.g. "basket_1_contain_region" or "plate_1"
+
+
+def owning_body(target: str, bodies: Iterable[str]) -> str:
+    """The body among `bodies` that a goal target names: itself, or the longest body name it extends
+    (``basket_1`` for ``basket_1_contain_region``); the target itself when none does."""
+    bodies = list(bodies)
+    if target in bodies:
+        return target
+    for n in sorted(bodies, key=len, reverse=True):
+        if target.startswith(n + "_"):
+            return n
+    return target
 
 
 @dataclass(frozen=True)
@@ -289,13 +301,7 @@ class LiberoEnv:
 
     def target_body(self) -> str:
         """The object/fixture owning the goal target (the basket for ``basket_1_contain_region``)."""
-        t = self.task.goal.target
-        if t in self._body_ids:
-            return t
-        for n in sorted(self._body_ids, key=len, reverse=True):
-            if t.startswith(n + "_"):
-                return n
-        return t
+        return owning_body(self.task.goal.target, self._body_ids)
 
     @property
     def sim(self) -> Any:
