@@ -148,6 +148,39 @@ def test_zero_weight_removes_gradient(name):
     )
 
 
+@pytest.mark.parametrize("name", BACKBONES)
+def test_candidate_loss_is_the_loss_on_repeated_states(name):
+    """AWR's loss over j candidates per state (regression runs its trunk once per state) equals the plain
+    weighted loss on every state repeated j times, in value and in gradient."""
+    b, j = 5, 4
+    batch = make_batch(b, seed=0)
+    chunks = torch.rand(b, j, 8, 7, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    weights = torch.rand(b, j, generator=torch.Generator().manual_seed(2)) * 2
+
+    def grads(fn):
+        policy = make_policy(name)
+        loss = fn(policy)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in policy.parameters()]
+
+    grouped = grads(
+        lambda pol: pol.candidate_loss(
+            batch["obs"], batch["instr"], chunks, weights, generator=torch.Generator().manual_seed(3)
+        )
+    )
+    repeated = {
+        "obs": batch["obs"].repeat_interleave(j, dim=0),
+        "instr": batch["instr"].repeat_interleave(j, dim=0),
+        "chunk": chunks.reshape(b * j, 8, 7),
+    }
+    plain = grads(lambda pol: pol.loss(repeated, weights.reshape(-1), generator=torch.Generator().manual_seed(3)))
+    torch.testing.assert_close(grouped[0], plain[0], rtol=1e-5, atol=1e-6)
+    for a, c in zip(grouped[1], plain[1]):
+        torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="weights must be"):
+        make_policy(name).candidate_loss(batch["obs"], batch["instr"], chunks, weights[:, :2])
+
+
 # --------------------------------------------------------------------------------------------------
 # checkpoints
 

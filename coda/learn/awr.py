@@ -124,7 +124,7 @@ class CriticGuidedPolicy:
         digest.update(np.ascontiguousarray(obs, dtype=np.float32).tobytes())
         return self.generator.manual_seed(int.from_bytes(digest.digest(), "little") >> 1)
 
-    @torch.no_grad()  # not inference_mode: callers may keep the candidates for training
+    @torch.inference_mode()  # the decision's tensors are for acting and logging, never for training
     def decide(self, obs: np.ndarray | Tensor, instruction: str) -> Decision:
         """The decision at one state: obs (obs_dim,) -> `Decision` (chunk (h, 7), candidates, Q, weights)."""
         obs_np = np.asarray(obs, dtype=np.float32).reshape(-1)
@@ -243,7 +243,7 @@ def awr_update(
     ignored). For each state, j candidates a_k ~ π (no gradient) get Q(s, a_k) from `critic` and
     A_k = Q − V(s), V = `state_value` over the candidates (`value`: "mean", or "softmax" with
     `temperature`; see the module docstring). The B·j (state, candidate) pairs are weighted by
-    `capped_weights(A, beta, max_weight)` in the policy's own loss. `imitation` ("obs", "instr", "chunk":
+    `capped_weights(A, beta, max_weight)` in the policy's own loss (`ChunkPolicy.candidate_loss`). `imitation` ("obs", "instr", "chunk":
     planner-demonstration chunks) adds `imitation_weight` × the unweighted loss on them. One optimiser
     step (gradients clipped to `grad_clip` global norm unless None), then `counter.step()`. With
     `normalize`, advantages are divided by their batch standard deviation before exp(A/β), so β does not
@@ -271,14 +271,8 @@ def awr_update(
         advantages = q - state_value(q, value, temperature)[:, None]  # (B, j)
         scaled = advantages / advantages.std().clamp(min=1e-6) if normalize else advantages
         weights = capped_weights(scaled, beta, max_weight)  # (B, j), mean 1
-    h, a = candidates.shape[2:]
-    pairs = {
-        "obs": obs.repeat_interleave(j, dim=0),
-        "instr": instr.repeat_interleave(j, dim=0),
-        "chunk": raw.reshape(b * j, h, a),
-    }
     policy.train()
-    awr_loss = policy.loss(pairs, weights.reshape(-1), generator=generator)
+    awr_loss = policy.candidate_loss(obs, instr, raw, weights, generator=generator)
     imitation_loss = torch.zeros(())
     if imitation is not None:
         imitation_loss = policy.loss(imitation, None, generator=generator)

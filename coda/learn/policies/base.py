@@ -149,6 +149,39 @@ class ChunkPolicy(nn.Module):
         w = self.per_sample_weights(weights, obs.shape[0])
         return (w * self.per_sample_loss(obs, instr, chunk, generator)).mean()
 
+    def candidate_loss(
+        self,
+        obs: Tensor,
+        instr: Tensor,
+        chunks: Tensor,
+        weights: Tensor,
+        generator: torch.Generator | None = None,
+    ) -> Tensor:
+        """The weighted loss over j candidate chunks per state, AWR's regression term: obs (B, obs_dim),
+        instr (B, 384), chunks (B, j, h, 7), weights (B, j) -> the mean over the B·j (state, chunk) pairs of
+        weight × per-sample loss, i.e. `loss` on every state repeated j times. Backbones whose loss shares
+        work across a state's candidates override `candidate_pair_losses`."""
+        self.check_inputs(obs, instr)
+        b, j = chunks.shape[:2]
+        if weights.shape != (b, j):
+            raise ValueError(f"weights must be ({b}, {j}), got {tuple(weights.shape)}")
+        losses = self.candidate_pair_losses(obs, instr, chunks.float(), generator)  # (B, j)
+        return (weights.detach().float() * losses).mean()
+
+    def candidate_pair_losses(
+        self, obs: Tensor, instr: Tensor, chunks: Tensor, generator: torch.Generator | None
+    ) -> Tensor:
+        """(B, j) per-pair losses of `candidate_loss`: by default `per_sample_loss` on each state repeated
+        for its j candidates."""
+        b, j, h, a = chunks.shape
+        losses = self.per_sample_loss(
+            obs.repeat_interleave(j, dim=0),
+            instr.repeat_interleave(j, dim=0),
+            chunks.reshape(b * j, h, a),
+            generator,
+        )
+        return losses.view(b, j)
+
     def fit_normalizer(self, obs: np.ndarray | Tensor, min_std: float = 1e-2) -> None:
         """Set the observation mean/std (buffers, saved with the weights) from SFT observations (N, obs_dim).
 

@@ -97,11 +97,20 @@ class RegressionPolicy(ChunkPolicy):
         self, obs: Tensor, instr: Tensor, chunk: Tensor, generator: torch.Generator | None
     ) -> Tensor:
         """L1 on the mean plus Gaussian NLL of the residual for log σ, per sample (generator unused)."""
-        mean = self.mean_chunk(obs, instr)
-        l1 = (mean - chunk).abs().mean(dim=(1, 2))  # (B,)
+        return self._chunk_losses(self.mean_chunk(obs, instr), chunk)
+
+    def candidate_pair_losses(
+        self, obs: Tensor, instr: Tensor, chunks: Tensor, generator: torch.Generator | None
+    ) -> Tensor:
+        """The mean chunk is a function of the state alone: the trunk runs once per state, not per pair."""
+        return self._chunk_losses(self.mean_chunk(obs, instr)[:, None], chunks)  # (B, j)
+
+    def _chunk_losses(self, mean: Tensor, chunk: Tensor) -> Tensor:
+        """mean and chunk (..., h, 7) -> the (...) losses: L1 + NLL of the residual under σ."""
+        l1 = (mean - chunk).abs().mean(dim=(-2, -1))
         # unclamped here so that log σ always gets a gradient; `std()` applies the bounds when sampling
         z = (chunk - mean.detach()) / self.log_std.exp()
-        nll = (0.5 * z.pow(2) + self.log_std + 0.5 * math.log(2 * math.pi)).mean(dim=(1, 2))  # (B,)
+        nll = (0.5 * z.pow(2) + self.log_std + 0.5 * math.log(2 * math.pi)).mean(dim=(-2, -1))
         return l1 + nll
 
     def draw(
