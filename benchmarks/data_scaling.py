@@ -39,7 +39,7 @@ def main() -> None:
 
     import torch
 
-    from coda.cli import _executor
+    from coda.commands import _executor
     from coda.config import load_params
     from coda.scaling import run_scaling, table_rows, write_figures
 

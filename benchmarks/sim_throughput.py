@@ -27,7 +27,7 @@ import numpy as np
 import pybullet as p
 
 from coda import data
-from coda.cli import _planner_job
+from coda.commands import _planner_job
 from coda.sim.executor import make_executor
 from coda.sim.rollout import plan_episode
 from coda.sim.world import ARM_FORCES, ARM_JOINTS, FINGER_FORCE, FINGER_JOINTS, World

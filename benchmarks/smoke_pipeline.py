@@ -72,6 +72,7 @@ def prepare(repo: Path, *, libero: bool) -> Path:
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["base"]["profile"] = "smoke"
     params["experiments"]["seeds"] = [0]
+    params["experiments"]["budget"]["envs"] = [2]  # one more budget beside the profile's own
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     if not libero:
         stages = yaml.safe_load((repo / "dvc.yaml").read_text())

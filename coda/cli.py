@@ -1,4 +1,5 @@
-"""`coda` command line: data building, planner and validity checks, benchmarks."""
+"""`coda` command line: the parser and the dispatch; what the result-producing commands do lives in
+`coda.commands` (data building, planner and validity checks, SFT, co-evolution runs)."""
 
 from __future__ import annotations
 
@@ -9,295 +10,19 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
-import numpy as np
-
+from coda.commands import (
+    _record,
+    data_ensure,
+    data_scenes,
+    planner_check,
+    run_method_command,
+    run_sft_command,
+    validity_counts,
+)
 from coda.errors import UserError  # still importable from coda.cli, as before
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
-
-
-# -- planner and validity checks (run inside executor workers) ----------------------------------------
-def _planner_job(args: tuple[str, str]) -> dict[str, Any]:
-    import time
-
-    from coda import data
-    from coda.sim.rollout import plan_episode
-    from coda.sim.scene import SceneSpec
-
-    spec = SceneSpec.from_json(args[1])
-    t0 = time.perf_counter()
-    rec = plan_episode(data._WORLD, spec)
-    return {
-        "family": args[0],
-        "success": rec.success,
-        "episode_s": rec.wall_s,
-        "load_s": time.perf_counter() - t0 - rec.wall_s,
-        "steps": rec.steps,
-    }
-
-
-def _validity_job(args: tuple[str, str, int, int]) -> dict[str, Any]:
-    from coda import data
-    from coda.sim.families import REGISTRY
-    from coda.sim.validity import validate_scene
-
-    family, split, index, seed = args
-    rng = data.scene_rng(seed, family, split, index)
-    spec = REGISTRY[family].sample(rng, data._WORLD.catalog, split)
-    report = validate_scene(data._WORLD, spec, rng)
-    return {"status": report.status, "repairs": report.repairs}
-
-
-def _executor(cfg, data_dir: Path, workers: int | None):
-    from coda import data
-    from coda.sim.executor import make_executor
-    from coda.sim.world import world_kwargs
-
-    return make_executor(
-        cfg.sim.backend if cfg else "local",
-        workers or (cfg.sim.workers if cfg else 2),
-        timeout_s=cfg.sim.episode_timeout_s if cfg else 60.0,
-        retries=cfg.sim.retries if cfg else 1,
-        ray_address=cfg.sim.ray_address if cfg else None,
-        initializer=data._init_worker,
-        initargs=(str(data_dir), world_kwargs(cfg) if cfg else None),
-    )
-
-
-def planner_check(
-    data_dir: Path, families: list[str], n: int, workers: int | None = None, cfg=None
-) -> list[dict]:
-    from coda import data
-
-    jobs = [(f, s.to_json()) for f in families for s in data.seed_scenes(data_dir, f, n)]
-    ex = _executor(cfg, data_dir, workers)
-    try:
-        results = ex.map(_planner_job, jobs, desc="planner check")
-    finally:
-        ex.close()
-    out = []
-    for f in families:
-        rows = [r.value for (fam, _), r in zip(jobs, results, strict=True) if fam == f and r.ok]
-        failed = sum(1 for (fam, _), r in zip(jobs, results, strict=True) if fam == f and not r.ok)
-        out.append(
-            {
-                "family": f,
-                "n": len(rows) + failed,
-                "success_rate": round(sum(r["success"] for r in rows) / max(len(rows) + failed, 1), 4),
-                "median_episode_s": round(float(np.median([r["episode_s"] for r in rows])), 4)
-                if rows
-                else None,
-                "median_load_s": round(float(np.median([r["load_s"] for r in rows])), 4) if rows else None,
-                "worker_failures": failed,
-            }
-        )
-    return out
-
-
-def validity_counts(
-    data_dir: Path, family: str, n: int, split: str, seed: int, workers: int | None, cfg=None
-):
-    jobs = [(family, split, 10_000 + i, seed) for i in range(n)]
-    ex = _executor(cfg, data_dir, workers)
-    try:
-        results = ex.map(_validity_job, jobs, desc="validity")
-    finally:
-        ex.close()
-    counts = {"family": family, "split": split, "n": n, "pass": 0, "repaired": 0, "rejected": 0, "errors": 0}
-    for r in results:
-        if r.ok:
-            counts[r.value["status"]] += 1
-        else:
-            counts["errors"] += 1
-    return counts
-
-
-def run_sft_command(cfg, data_dir: Path, out: Path, workers: int | None) -> dict:
-    import torch
-
-    from coda.learn.train import run_sft
-
-    torch.set_num_threads(1)
-    s = cfg.sft
-    ex = _executor(cfg, data_dir, workers)
-    try:
-        return run_sft(
-            data_dir,
-            out,
-            backbone=s.backbone,
-            demos_per_family=s.demos_per_family,
-            noise=s.noise,
-            epochs=s.epochs,
-            batch_size=s.batch_size,
-            lr=s.lr,
-            eval_id_per_family=s.eval_id_per_family,
-            eval_ood_per_suite=s.eval_ood_per_suite,
-            seed=cfg.seed,
-            families=cfg.data.families,
-            executor=ex,
-            max_chunks=cfg.sim.max_chunks,
-            demo_repeats=s.demo_repeats,
-        )
-    finally:
-        ex.close()
-
-
-# -- data ------------------------------------------------------------------------------------------------
-def run_method_command(cfg, args) -> dict:
-    import dataclasses
-    import shutil
-
-    from coda.coevolve import METHODS, run_method
-    from coda.config import read_experiments, with_variant
-
-    if args.variant is not None:
-        experiments = read_experiments(args.params, args.profile)
-        if args.variant not in experiments.variants:
-            known = ", ".join(experiments.variants) or "none"
-            raise UserError(f"--variant: no experiments.variants.{args.variant} in {args.params} ({known})")
-        variant = experiments.variants[args.variant]
-        if args.method not in (None, variant.method):
-            raise UserError(f"--method {args.method} contradicts variant {args.variant} ({variant.method})")
-        args.method = variant.method
-        cfg = with_variant(cfg, variant)
-        cfg = dataclasses.replace(
-            cfg, coevolve=dataclasses.replace(cfg.coevolve, rounds=cfg.coevolve.ablation_rounds)
-        )
-    if args.method is None:
-        raise UserError("--method or --variant is required")
-    if args.extend is not None:
-        src, out = Path(args.extend), Path(args.out)
-        if not (src / "metrics.json").exists():
-            raise UserError(f"--extend: {src} is not a finished run (no metrics.json)")
-        if not out.exists():  # later calls resume in --out itself
-            shutil.copytree(src, out, ignore=shutil.ignore_patterns("actor"))
-        cfg = dataclasses.replace(
-            cfg, coevolve=dataclasses.replace(cfg.coevolve, rounds=cfg.coevolve.long_rounds)
-        )
-    if args.method not in METHODS:
-        raise UserError(f"--method: unknown method {args.method!r}; expected one of {', '.join(METHODS)}")
-    if args.method == "memory_reuse" and not args.memory:
-        raise UserError(
-            "--memory: memory_reuse trains on a frozen memory; give a run dir, snapshot or Hub copy"
-        )
-    if not (Path(args.sft) / "policy" / "config.json").exists():
-        # the starting point of every method; trained here with the profile's `sft` settings when absent
-        print(
-            f"{args.sft}/policy: no SFT policy yet; training it first (coda sft --out {args.sft})",
-            file=sys.stderr,
-        )
-        run_sft_command(cfg, Path(args.data), Path(args.sft), args.workers)
-    ex = _executor(cfg, Path(args.data), args.workers)
-    try:
-        return run_method(
-            cfg,
-            args.method,
-            seed=cfg.seed if args.seed is None else args.seed,
-            data_dir=Path(args.data),
-            sft_dir=Path(args.sft),
-            out=Path(args.out),
-            executor=ex,
-            memory_from=args.memory,
-        )
-    finally:
-        ex.close()
-
-
-def _dvc() -> str:
-    """The `dvc` beside this interpreter (the project's environment), else the one on PATH."""
-    here = Path(sys.executable).parent / "dvc"
-    return str(here) if here.is_file() else "dvc"
-
-
-def _recorded_md5(dvc_file: Path) -> str | None:
-    import yaml
-
-    return yaml.safe_load(dvc_file.read_text())["outs"][0]["md5"] if dvc_file.exists() else None
-
-
-def _record(dvc_file: Path, data_dir: Path) -> None:
-    """Record `data_dir` in `dvc_file`: the file listing first, then DVC's own write (outs, cache; meta kept)."""
-    from coda import data
-
-    data.record_release(dvc_file, data_dir)
-    subprocess.run([_dvc(), "commit", "-q", "-f", str(dvc_file)], capture_output=True, check=True)
-
-
-def _dvc_remotes() -> list[str]:
-    res = subprocess.run([_dvc(), "remote", "list"], capture_output=True, text=True)
-    return (
-        [line.split()[0] for line in res.stdout.splitlines() if line.strip()] if res.returncode == 0 else []
-    )
-
-
-def data_ensure(data_dir: Path, dvc_file: Path, cfg, *, accept: bool = False) -> str:
-    """Make `data_dir` match `dvc_file`: keep it, pull it from a DVC remote if one is configured, or
-    rebuild it and compare it file by file with the listing `dvc_file` records. With `accept`, a rebuild
-    that differs is kept and recorded in `dvc_file` (after the report of what differs)."""
-    import yaml
-
-    from coda import data
-
-    if not dvc_file.exists():
-        raise UserError(f"{dvc_file}: not found (run from the repository root)")
-    doc = yaml.safe_load(dvc_file.read_text())
-    want = doc["outs"][0]["md5"]
-    if data_dir.exists() and data.dvc_dir_md5(data_dir) == want:
-        return f"{data_dir} is up to date ({want})"
-    remotes = _dvc_remotes()
-    if remotes:
-        pulled = subprocess.run([_dvc(), "pull", "-q", str(dvc_file)], capture_output=True, text=True)
-        if pulled.returncode == 0 and data_dir.exists() and data.dvc_dir_md5(data_dir) == want:
-            return f"pulled {data_dir} from the DVC remote ({want})"
-        where = f"not in the DVC remote ({', '.join(remotes)})"
-    else:
-        where = "no DVC remote configured"
-    print(f"{data_dir}: {where}; rebuilding it (deterministic, a few minutes)", file=sys.stderr)
-    build = (doc.get("meta") or {}).get("build", {})
-    data.build(
-        data_dir,
-        seed=build.get("seed", cfg.seed),
-        n_seed_layouts=build.get("n_seed_layouts", data.N_SEED_LAYOUTS),
-        suite_size=build.get("suite_size", data.SUITE_SIZE),
-        families=tuple(build.get("families", data.FAMILIES)),
-        workers=cfg.sim.workers,
-        backend=cfg.sim.backend,
-    )
-    got = data.dvc_dir_md5(data_dir)
-    if got == want:
-        subprocess.run([_dvc(), "commit", "-q", "-f", str(dvc_file)], capture_output=True)
-        return f"rebuilt {data_dir}; hash matches {dvc_file} ({want})"
-    diff = data.compare_listing(data.release_listing(doc), data.file_listing(data_dir))
-    report = "\n  ".join(diff[:40] + ([f"... and {len(diff) - 40} more"] if len(diff) > 40 else []))
-    head = f"rebuilt {data_dir} hashes to {got}, but {dvc_file} records {want}; {len(diff)} file(s) differ:"
-    if not accept:
-        raise UserError(
-            f"{head}\n  {report}\nThe rebuilt data is kept in {data_dir}. To go on with it, run "
-            f"`coda data ensure --accept` (records it in {dvc_file}; results will not be bit-comparable with "
-            "the published ones), and please report the lines above."
-        )
-    _record(dvc_file, data_dir)
-    print(f"warning: {head}\n  {report}", file=sys.stderr)
-    return f"kept the rebuilt {data_dir} and recorded it in {dvc_file} ({got})"
-
-
-def data_scenes(out: Path, data_dir: Path, dvc_file: Path, cfg) -> dict[str, Any]:
-    """The profile's scenes (its `data` section's slots) in `out`: taken from `data_dir` when it matches
-    `dvc_file` (after pulling or rebuilding it when the profile says `use_release`), else built directly.
-    Either way the files are the same bytes."""
-    from coda import data
-
-    d = cfg.data
-    sizes = dict(n_seed_layouts=d.n_seed_layouts, suite_size=d.suite_size, families=tuple(d.families))
-    if d.use_release:
-        print(data_ensure(data_dir, dvc_file, cfg), file=sys.stderr)
-    want = _recorded_md5(dvc_file)
-    source = data_dir if want and data_dir.exists() and data.dvc_dir_md5(data_dir) == want else None
-    return data.build(
-        out, seed=cfg.seed, workers=cfg.sim.workers, backend=cfg.sim.backend, source=source, **sizes
-    )
 
 
 # -- entry point -------------------------------------------------------------------------------------------
@@ -413,6 +138,14 @@ def _parser() -> argparse.ArgumentParser:
         "--variant",
         default=None,
         help="an ablation from params.yaml's experiments.variants (sets the method and coevolve overrides)",
+    )
+    run.add_argument(
+        "--budget",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="N generated environments and up to N planner demonstrations per family per round "
+        "(sets coevolve.envs_per_family and demos_per_family; the budget curve)",
     )
     run.add_argument(
         "--extend",

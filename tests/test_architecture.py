@@ -138,7 +138,7 @@ LAYERS = (
     ("coda.engine", "coda.libero.programs"),
     ("coda.sim.domain", "coda.sim.libero.domain", "coda.sim.libero.episodes"),  # the Domain implementations
     ("coda.coevolve",),
-    ("coda.scaling", "coda.libero"),
+    ("coda.scaling", "coda.libero", "coda.commands"),
     ("coda.report", "coda.maintenance"),
     ("coda.cli", "coda.__main__", "coda"),
 )

@@ -320,7 +320,9 @@ def test_argmax_decision_is_the_best_candidate():
     rule, obs = guided("argmax"), observation()
     decision = rule.decide(obs.vector, obs.instruction)
     with torch.inference_mode():  # a decision's tensors are inference tensors: outside autograd
-        q = rule.critic(torch.from_numpy(obs.vector)[None], encode([obs.instruction]), decision.candidates[None])
+        q = rule.critic(
+            torch.from_numpy(obs.vector)[None], encode([obs.instruction]), decision.candidates[None]
+        )
     q = q[0]
     torch.testing.assert_close(decision.q, q)
     np.testing.assert_array_equal(rule.act(obs), decision.candidates[int(q.argmax())].numpy())

@@ -30,10 +30,12 @@ def raw_params() -> dict:
 
 
 @pytest.mark.parametrize(
-    ("profile", "workers", "n_seed_layouts", "suite_size", "max_chunks", "n_check"),
-    [("smoke", 2, 40, 4, 6, 5), ("cpu", 2, 500, 50, 12, 50), ("paper", 2, 500, 100, 12, 50)],
+    ("profile", "workers", "n_seed_layouts", "suite_size", "max_chunks", "n_check", "ik"),
+    [("smoke", 2, 40, 4, 6, 5, 20), ("cpu", 2, 500, 50, 12, 50, 20), ("paper", 2, 500, 100, 12, 50, 100)],
 )
-def test_real_params_load_every_profile(profile, workers, n_seed_layouts, suite_size, max_chunks, n_check):
+def test_real_params_load_every_profile(
+    profile, workers, n_seed_layouts, suite_size, max_chunks, n_check, ik
+):
     cfg = load_params(PARAMS, profile=profile)
     assert isinstance(cfg, Config)
     assert (cfg.profile, cfg.seed) == (profile, 0)
@@ -42,7 +44,7 @@ def test_real_params_load_every_profile(profile, workers, n_seed_layouts, suite_
     assert cfg.sim.workers == workers
     assert (cfg.sim.control_hz, cfg.sim.physics_hz, cfg.sim.substeps) == (10, 240, 24)
     assert (cfg.sim.chunk_len, cfg.sim.max_chunks, cfg.sim.max_steps) == (8, max_chunks, 8 * max_chunks)
-    assert cfg.planner == PlannerConfig(n_check=n_check, ik_iterations=100, ik_threshold=1e-4)
+    assert cfg.planner == PlannerConfig(n_check=n_check, ik_iterations=ik, ik_threshold=1e-4)
     assert isinstance(cfg.planner.ik_threshold, float) and isinstance(cfg.sim.episode_timeout_s, float)
 
 

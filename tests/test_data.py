@@ -260,7 +260,7 @@ def test_ensure_names_the_files_a_rebuild_changed(small_data, tmp_path, monkeypa
 
     import yaml
 
-    from coda.cli import UserError, data_ensure
+    from coda.commands import UserError, data_ensure
     from coda.config import load_params
 
     repo = tmp_path / "repo"

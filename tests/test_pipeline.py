@@ -51,12 +51,19 @@ EXPECTED = [
             "table8_generation_quality",
             "table9_compute",
             "complementarity",
+            "budget_curve",
         )
         for ext in ("csv", "md")
     ),
     *(
         f"{f}.{ext}"
-        for f in ("figure3_rounds", "figure5_memory_snapshots", "figure6_gallery", "learning_speed")
+        for f in (
+            "figure3_rounds",
+            "figure5_memory_snapshots",
+            "figure6_gallery",
+            "learning_speed",
+            "budget_curve",
+        )
         for ext in ("png", "svg")
     ),
     "README.md",

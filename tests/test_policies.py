@@ -173,7 +173,9 @@ def test_candidate_loss_is_the_loss_on_repeated_states(name):
         "instr": batch["instr"].repeat_interleave(j, dim=0),
         "chunk": chunks.reshape(b * j, 8, 7),
     }
-    plain = grads(lambda pol: pol.loss(repeated, weights.reshape(-1), generator=torch.Generator().manual_seed(3)))
+    plain = grads(
+        lambda pol: pol.loss(repeated, weights.reshape(-1), generator=torch.Generator().manual_seed(3))
+    )
     torch.testing.assert_close(grouped[0], plain[0], rtol=1e-5, atol=1e-6)
     for a, c in zip(grouped[1], plain[1]):
         torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-6)
@@ -350,3 +352,30 @@ def test_encoder_cache_can_be_switched_off_and_takes_handed_embeddings(tmp_path,
     with pytest.raises(ValueError, match="shape"):
         enc.remember(["a", "b"], vec[None].numpy())
     assert not list(tmp_path.iterdir())
+
+
+def test_flow_sampling_time_token_cache_follows_the_weights():
+    """`FlowPolicy.sampling_time_tokens` is cached without grad, but never stale: an optimizer step or
+    ``load_state_dict`` invalidates it, and with grad enabled it is recomputed."""
+    policy = make_policy("flow")
+    steps = policy.config.flow_steps
+    times = (1.0 / steps) * torch.arange(steps, dtype=torch.float32)
+
+    def fresh() -> torch.Tensor:
+        with torch.no_grad():
+            return policy.time_tokens(times)
+
+    with torch.inference_mode():
+        first = policy.sampling_time_tokens()
+        assert policy.sampling_time_tokens() is first  # cached
+    assert torch.equal(first, fresh())
+    opt = torch.optim.SGD(policy.parameters(), lr=0.1)
+    policy.time_tokens(times).sum().backward()
+    opt.step()
+    with torch.no_grad():
+        stepped = policy.sampling_time_tokens()
+    assert not torch.equal(stepped, first) and torch.equal(stepped, fresh())
+    policy.load_state_dict(make_policy("flow").state_dict())
+    with torch.no_grad():
+        assert torch.equal(policy.sampling_time_tokens(), first)
+    assert policy.sampling_time_tokens().requires_grad  # with grad: recomputed, differentiable

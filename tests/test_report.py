@@ -51,3 +51,62 @@ def test_ordering_note_and_files(tmp_path):
     t2.add("B", "y", 1.0, rank=1.0)
     assert "matches" in t2.ordering_note()
     json.dumps(t2.rows)
+
+
+def test_claims_verdicts_follow_the_paired_t_test(tmp_path):
+    from coda.report.claims import claims, strongest_baseline, verdict
+    from coda.report.runs import Runs
+
+    assert verdict(None, None, 0, 1.0)[0] == "not run"
+    assert verdict(5.0, None, 1, 1.0)[0] == "n = 1: no test"
+    assert verdict(10.0, 1.0, 3, 1.0)[0] == "holds"  # t = 10, df = 2: p ≈ 0.01
+    assert verdict(-10.0, 1.0, 3, 1.0)[0] == "reversed"
+    assert verdict(3.0, 2.0, 3, 1.0)[0] == "not significant"  # t = 1.5
+    runs = Runs(tmp_path)
+    ood = 40
+    # sft fails everything; uniform succeeds on a seed-dependent half; sr_guided on a few more episodes
+    runs.table1["sft"] = [_run(tmp_path, "sft-0", 0, "1" + "0" * ood, "sft")]
+    runs.table1["uniform"] = [
+        _run(tmp_path, f"uniform-{s}", s, "1" + "1" * (20 + s) + "0" * (ood - 20 - s), "uniform")
+        for s in range(3)
+    ]
+    runs.table1["sr_guided"] = [
+        _run(tmp_path, f"sr-{s}", s, "1" + "1" * (20 + s) + "0" * (ood - 20 - s), "sr_guided")
+        for s in range(3)
+    ]
+    assert strongest_baseline(runs) in ("uniform", "sr_guided")
+    rows = {(r["a"], r["b"]): r for r in claims(runs)}
+    up = rows[("uniform", "sft")]
+    assert up["n"] == 3 and up["verdict"] == "holds" and abs(up["diff"] - 100 * 21 / ood) < 1e-6
+    assert rows[("sr_guided", "uniform")]["verdict"] == "not significant"  # identical outcomes: p = 1
+    assert rows[("coda", "sft")]["verdict"] == "not run"
+
+
+def test_budget_curve_reads_budget_runs_and_the_table1_run(tmp_path):
+    from coda.report.budget import budget_curve
+    from coda.report.runs import Runs
+
+    def run(name, method, envs, outcomes):
+        r = _run(tmp_path, name, 0, outcomes, method)
+        r.run["coevolve"] = {"envs_per_family": envs, "rounds": 5}
+        r.metrics["envs_accepted_total"] = 4 * 5 * envs
+        r.metrics["ood_se"] = 0.2
+        return r
+
+    runs = Runs(tmp_path)
+    runs.table1["uniform"] = [run("uniform-0", "uniform", 16, "1" + "1100")]
+    runs.table1["coda"] = [run("coda-0", "coda", 16, "1" + "1110")]
+    runs.budget["uniform-4"] = run("uniform-4", "uniform", 4, "1" + "1000")
+    runs.budget["coda-4"] = run("coda-4", "coda", 4, "1" + "1100")
+    out = tmp_path / "fig"
+    paths = budget_curve(runs, out)
+    assert {p.name for p in paths} >= {"budget_curve.csv", "budget_curve.md", "budget_curve.png"}
+    rows = list(csv.DictReader((out / "budget_curve.csv").open()))
+    assert [(r["method"], r["budget"], r["accepted per family"]) for r in rows] == [
+        ("uniform", "4", "20.0"),
+        ("uniform", "16", "80.0"),
+        ("coda", "4", "20.0"),
+        ("coda", "16", "80.0"),
+    ]
+    coda16 = rows[3]
+    assert coda16[OURS].startswith("75.0 ± ") and coda16["paired vs uniform (points)"].startswith("+25.0 ± ")

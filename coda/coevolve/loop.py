@@ -232,7 +232,9 @@ class Loop:
         # 7. evaluate (the snapshot follows in `run`)
         actor = self.publish(f"round-{r:04d}-final")
         evaluation = (
-            domain.evaluate(actor, final=r == c.rounds) if self.evaluates(r) else domain.no_evaluation()
+            domain.evaluate(actor, final=r == c.rounds and c.final_eval == "full")
+            if self.evaluates(r)
+            else domain.no_evaluation()
         )
         clock.lap("evaluation")
         self.round_times = clock.laps
@@ -308,11 +310,13 @@ def run_method(
     rounds); returns the final metrics."""
     import torch
 
+    from coda.learn.train import TRAIN_THREADS
+
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {sorted(METHODS)}")
     if not (Path(sft_dir) / "policy").exists():
         raise FileNotFoundError(f"{sft_dir}/policy: no SFT policy; run `coda sft --out {sft_dir}` first")
-    torch.set_num_threads(1)
+    torch.set_num_threads(TRAIN_THREADS)
     return make_loop(cfg, method, seed, data_dir, sft_dir, out, executor, memory_from).run()
 
 

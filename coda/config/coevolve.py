@@ -75,6 +75,8 @@ class CoevolveConfig:
     eval_ood_per_suite: int = 10  # held-out scenes per suite per family of the final (reported) evaluation
     curve_id_per_family: int = 4  # ... and of the other rounds' evaluations (the first of the same scenes)
     curve_ood_per_suite: int = 4
+    final_eval: str = "full"  # the last round's evaluation: "full" (eval_* episodes) or "curve" (the curve_*
+    # subset: ablations, compared with CoDA seed 0, whose curve is evaluated on that subset every round)
     eval_every: int = 1  # evaluate after every n-th round and the last one ...
     curve_seeds: tuple[int, ...] = (0,)  # ... except runs of these seeds, evaluated every round (curves)
     long_rounds: int = 15  # rounds of the extended runs (Figure 3), which continue the 5-round runs
@@ -147,6 +149,7 @@ class CoevolveConfig:
         if not isinstance(self.transfer, bool):
             raise ConfigError("transfer", f"expected true or false, got {_got(self.transfer)}")
         _check_choice("scheduling", self.scheduling, SCHEDULES)
+        _check_choice("final_eval", self.final_eval, ("full", "curve"))
         _check_choice("finetune", self.finetune, FINETUNES)
         if not (isinstance(self.diagnoser, str) and self.diagnoser.startswith("noisy:")):
             _check_choice("diagnoser", self.diagnoser, DIAGNOSERS)

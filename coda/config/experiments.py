@@ -56,13 +56,16 @@ class Experiments:
     long: tuple[str, ...]  # methods whose seed-0 run is extended to `coevolve.long_rounds` (Figure 3)
     variants: Mapping[str, Variant]
     backbone_b: Mapping[str, Any]  # Table 7: {backbone, epochs} of the second policy backbone's SFT
+    budget: Mapping[str, tuple]  # the budget curve: {methods, envs}: seed-0 runs at each `--budget`
 
 
 def load_experiments(raw: Any, config: Config) -> Experiments:
     """Validate the top-level `experiments` section against ``config`` (variants' overrides are applied
     to its `coevolve` section, so a bad value is reported here with its full key)."""
     raw = _as_mapping("experiments", raw)
-    _check_keys("experiments", raw, ("seeds", "table1", "long", "variants", "backbone_b"), what="key")
+    _check_keys(
+        "experiments", raw, ("seeds", "table1", "long", "variants", "backbone_b", "budget"), what="key"
+    )
     seeds = raw["seeds"]
     if not isinstance(seeds, list) or not seeds:
         raise ConfigError("experiments.seeds", f"expected a non-empty list of seeds, got {_got(seeds)}")
@@ -86,7 +89,18 @@ def load_experiments(raw: Any, config: Config) -> Experiments:
     _check_keys("experiments.backbone_b", b, ("backbone", "epochs"), what="key")
     _check_choice("experiments.backbone_b.backbone", b["backbone"], BACKBONES)
     _check_int("experiments.backbone_b.epochs", b["epochs"], minimum=1)
-    return Experiments(tuple(seeds), table1, long, variants, dict(b))
+    budget = _as_mapping("experiments.budget", raw["budget"])
+    _check_keys("experiments.budget", budget, ("methods", "envs"), what="key")
+    methods = _check_choices("experiments.budget.methods", budget["methods"], METHODS[1:6])
+    envs = budget["envs"]
+    if not isinstance(envs, list) or not envs:
+        raise ConfigError(
+            "experiments.budget.envs", f"expected a non-empty list of budgets, got {_got(envs)}"
+        )
+    for i, n in enumerate(envs):
+        _check_int(f"experiments.budget.envs[{i}]", n, minimum=1)
+    budget = {"methods": methods, "envs": tuple(envs)}
+    return Experiments(tuple(seeds), table1, long, variants, dict(b), budget)
 
 
 def with_variant(config: Config, variant: Variant) -> Config:

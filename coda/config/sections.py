@@ -101,7 +101,8 @@ class PlannerConfig:
     """Scripted IK planner that certifies scenes and produces demonstrations."""
 
     n_check: int = 50  # seed scenes per family for `coda planner-check`
-    ik_iterations: int = 100  # maxNumIterations of pybullet's calculateInverseKinematics
+    ik_iterations: int = 20  # maxNumIterations of pybullet's calculateInverseKinematics per control step
+    # (the World's own default, which built data/, stays 100)
     ik_threshold: float = 1e-4  # residualThreshold of calculateInverseKinematics (metres)
 
     def __post_init__(self) -> None:

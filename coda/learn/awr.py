@@ -259,7 +259,6 @@ def awr_update(
             policy, optimizer, imitation, imitation_weight, grad_clip, counter, generator
         )
     obs, instr = batch["obs"].float(), batch["instr"].float()
-    b = obs.shape[0]
     was_training = policy.training
     policy.eval()
     with torch.no_grad():

@@ -21,6 +21,10 @@ import torch
 from coda.progress import progress
 
 H = 8  # chunk length
+# intra-op threads of the training process (SFT, critic and policy updates). Fixed rather than the machine's
+# core count, so that results do not depend on it; the rollout workers, idle while the process trains, use
+# one thread each (`cached_actor`, `eval_job`).
+TRAIN_THREADS = 2
 
 
 class UpdateCounter:

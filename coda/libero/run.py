@@ -137,11 +137,12 @@ def run_rounds(cfg, sft_dir: str | Path, out: str | Path, *, seed: int = 0) -> d
     """CoDA rounds on LIBERO from an SFT directory, resuming in `out`; writes and returns Table 2's row."""
     from coda.coevolve.loop import Loop
     from coda.coevolve.methods import METHODS
+    from coda.learn.train import TRAIN_THREADS
     from coda.sim.libero import require
     from coda.sim.libero.domain import LiberoDomain
 
     require()
-    torch.set_num_threads(1)
+    torch.set_num_threads(TRAIN_THREADS)
     sft_dir, out = Path(sft_dir), Path(out)
     c = rounds_config(cfg)
     with make_pool(cfg) as pool:

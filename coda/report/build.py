@@ -16,6 +16,7 @@ from coda.report.ablations import (
     table3_critic_sensitivity,
     table4_text2potential,
 )
+from coda.report.budget import budget_curve
 from coda.report.gallery import figure6_gallery
 from coda.report.generation import table8_generation_quality, table9_compute
 from coda.report.main_results import figure3_rounds, sft_baseline, table1_main
@@ -33,7 +34,7 @@ from coda.report.summary import index, summary
 SECTIONS: dict[str, list[str]] = {
     "01": ["figure6_gallery"],
     "02": ["sft_baseline"],
-    "04": ["table1_main", "figure3_rounds"],
+    "04": ["table1_main", "figure3_rounds", "budget_curve"],
     "05": ["table4_text2potential", "learning_speed"],
     "06": ["table3_critic_sensitivity"],
     "07": ["table6_family_transfer", "table7_backbone_transfer"],
@@ -47,6 +48,7 @@ _ARTIFACTS = {
         sft_baseline,
         table1_main,
         figure3_rounds,
+        budget_curve,
         table4_text2potential,
         learning_speed,
         table3_critic_sensitivity,

@@ -75,6 +75,7 @@ class Runs:
     ablation: dict[str, RunResult] = field(default_factory=dict)
     long: dict[str, RunResult] = field(default_factory=dict)
     backbone: dict[str, RunResult] = field(default_factory=dict)
+    budget: dict[str, RunResult] = field(default_factory=dict)  # "<method>-<envs per family per round>"
 
     @classmethod
     def load(cls, root: str | Path) -> Runs:
@@ -84,7 +85,7 @@ class Runs:
             r = load_run(d)
             if r is not None:
                 out.table1.setdefault(d.name.rsplit("-", 1)[0], []).append(r)
-        for group in ("ablation", "long", "backbone"):
+        for group in ("ablation", "long", "backbone", "budget"):
             for d in sorted((root / group).glob("*")):
                 r = load_run(d)
                 if r is not None:
@@ -155,6 +156,16 @@ def paired(
         diffs.append(sum(int(p) - int(q) for p, q in zip(oa, ob)) / len(oa))
     m, se = mean_se(diffs)
     return {"mean": None if m is None else 100 * m, "se": None if se is None else 100 * se, "n": len(diffs)}
+
+
+def paired_episodes(row_a: dict[str, Any] | None, row_b: dict[str, Any] | None) -> dict[str, Any]:
+    """One run against another on their shared OOD episodes: the mean per-episode difference a − b in points,
+    its s.e. over episodes, and n = 1 (one seed)."""
+    oa, ob = (ood_outcomes(r) if r else None for r in (row_a, row_b))
+    if not oa or not ob or len(oa) != len(ob):
+        return {"mean": None, "se": None, "n": 0}
+    m, se = mean_se([int(p) - int(q) for p, q in zip(oa, ob)])
+    return {"mean": 100 * m, "se": None if se is None else 100 * se, "n": 1}
 
 
 def fmt(s: dict[str, Any] | None, digits: int = 1, signed: bool = False) -> str:

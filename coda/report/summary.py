@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from coda.report.claims import claims
 from coda.report.runs import Runs, rows_at, stat
 
 
@@ -33,6 +34,7 @@ def summary(runs: Runs, out: Path) -> dict[str, Any]:
             "ood": _round(s["mean"]),
             "round": run.rounds[-1]["round"] if run.rounds else None,
         }
+    res["claims"] = claims(runs)
     (out / "results.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
     curves: dict[str, dict[int, float]] = {}
     for name, run in [
@@ -55,6 +57,7 @@ def summary(runs: Runs, out: Path) -> dict[str, Any]:
 INDEX = [  # (file stem, what it is, paper section / notebook)
     ("table1_main", "Table 1: main OOD success, all methods", "§4 · 04"),
     ("figure3_rounds", "Figure 3: OOD success over rounds, with and without memory", "§4 · 04"),
+    ("budget_curve", "Budget curve: OOD success against accepted environments (not in the paper)", "04"),
     ("table3_critic_sensitivity", "Table 3: critic (diagnoser) sensitivity", "§4 · 06"),
     ("table4_text2potential", "Table 4: Text2potential ablations", "§4 · 05"),
     ("learning_speed", "Learning speed with and without shaping; critic agreement", "App. C · 05"),

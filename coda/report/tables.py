@@ -26,6 +26,9 @@ class Table:
     columns: list[str] = field(default_factory=lambda: ["row", OURS, "paper"])
     rows: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    sections: list[tuple[str, list[str]]] = field(
+        default_factory=list
+    )  # (heading, Markdown lines) after the notes
     # (row label, our mean or None, paper value or None): the ordering check
     _ranked: list[tuple[str, float | None, float | None]] = field(default_factory=list)
 
@@ -87,6 +90,8 @@ class Table:
             md.append("| " + " | ".join(str(row.get(c, "")) for c in self.columns) + " |")
         if notes:
             md += ["", *[f"- {n}" for n in notes]]
+        for heading, lines in self.sections:
+            md += ["", f"## {heading}", "", *lines]
         md_path = out_dir / f"{self.name}.md"
         md_path.write_text("\n".join(md) + "\n")
         return [csv_path, md_path]

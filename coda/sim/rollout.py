@@ -169,7 +169,9 @@ def run_episode(
     steps0 = world.steps
     state = world.state()
     states = [state]
-    obs = [observation_vector(state, ctx)]
+    # observations are needed during the episode only where a chunk starts (the policy's input); the rest
+    # are computed from the recorded states after the loop (the same function on the same states)
+    obs: dict[int, np.ndarray] = {}
     actions: list[np.ndarray] = []
     chunk_starts: list[int] = []
     # a scene can start solved (e.g. the object already in the goal): the verifier decides at step 0
@@ -178,9 +180,10 @@ def run_episode(
     for _ in range(0 if success_step == 0 and stop_on_success else max_chunks):
         chunk_starts.append(len(actions))
         images = world.cameras() if world.render else None
+        obs[len(actions)] = vec = observation_vector(state, ctx)
         t_policy = time.perf_counter()
         chunk = np.asarray(
-            policy.act(Observation(obs[-1], scene.task.instruction, state, images)), dtype=np.float64
+            policy.act(Observation(vec, scene.task.instruction, state, images)), dtype=np.float64
         )
         policy_s += time.perf_counter() - t_policy
         if chunk.ndim != 2 or chunk.shape[1] != 7:
@@ -189,7 +192,6 @@ def run_episode(
             world.step(a)
             state = world.state()
             states.append(state)
-            obs.append(observation_vector(state, ctx))
             actions.append(a)
             if success_step is None and family.success(state, ctx):
                 success_step = len(actions)
@@ -205,7 +207,7 @@ def run_episode(
         instruction=scene.task.instruction,
         ctx=ctx.to_dict(),
         states=stacked,
-        obs=np.stack(obs),
+        obs=np.stack([obs[t] if t in obs else observation_vector(s, ctx) for t, s in enumerate(states)]),
         actions=np.array(actions).reshape(-1, 7),
         chunk_starts=chunk_starts,
         phase_names=[ph.name for ph in family.phases(scene.task.variant)],

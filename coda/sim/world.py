@@ -38,8 +38,12 @@ MAX_LEAD = 0.1  # target may lead the measured end effector by at most this much
 DOWN_QUAT = p.getQuaternionFromEuler([np.pi, 0.0, 0.0])
 # (eye, target): over the robot's left shoulder, and from the right side
 CAMERAS = (((0.05, 0.5, 0.7), (0.55, 0.0, 0.05)), ((0.55, -0.85, 0.55), (0.5, 0.0, 0.05)))
+_ACTION_SCALE = ACTION_SCALE.tolist()  # Python-float copies for the per-step controller arithmetic
+_WORKSPACE_LO, _WORKSPACE_HI = WORKSPACE_LO.tolist(), WORKSPACE_HI.tolist()
+_FINGER_FORCES = [FINGER_FORCE] * 2
 OBS_DIM = 50  # 15 proprio + 3 role slots x 9 + 4 goal + 4 family one-hot
 N_ROLE_SLOTS = 3
+_STATE_JOINTS = ARM_JOINTS + FINGER_JOINTS
 
 
 class World:
@@ -237,22 +241,27 @@ class World:
 
     # -- control ----------------------------------------------------------------------------------
     def step(self, action: np.ndarray) -> None:
-        """Apply one normalised 7-D action for one control period (24 physics substeps at 240/10 Hz)."""
+        """Apply one normalised 7-D action for one control period (24 physics substeps at 240/10 Hz).
+
+        The target arithmetic runs on Python floats: the same IEEE operations as NumPy's `clip` and
+        elementwise `*` `+` `-` (so the same bits), without NumPy's per-call overhead on 3-vectors.
+        """
         c = self.client
-        a = np.clip(np.asarray(action, dtype=np.float64), -1.0, 1.0) * ACTION_SCALE
-        ee = np.array(
-            p.getLinkState(self.robot, EE_LINK, computeForwardKinematics=True, physicsClientId=c)[4]
-        )
-        target = np.clip(self.target_pos + a[:3], WORKSPACE_LO, WORKSPACE_HI)
-        lead = target - ee
+        a = [min(max(float(x), -1.0), 1.0) * s for x, s in zip(np.ravel(action), _ACTION_SCALE, strict=True)]
+        ee = p.getLinkState(self.robot, EE_LINK, computeForwardKinematics=True, physicsClientId=c)[4]
+        target = [
+            min(max(t + d, lo), hi)
+            for t, d, lo, hi in zip(self.target_pos.tolist(), a[:3], _WORKSPACE_LO, _WORKSPACE_HI)
+        ]
+        lead = [t - e for t, e in zip(target, ee)]
         dist = numerics.norm(lead)
         if dist > MAX_LEAD:
-            target = ee + lead * (MAX_LEAD / dist)
-        self.target_pos = target
-        if np.any(a[3:6]):
-            dq = p.getQuaternionFromEuler(a[3:6].tolist())
+            target = [e + d * (MAX_LEAD / dist) for e, d in zip(ee, lead)]
+        self.target_pos = np.array(target)
+        if any(x != 0.0 for x in a[3:6]):
+            dq = p.getQuaternionFromEuler(a[3:6])
             self.target_quat = np.array(p.multiplyTransforms([0, 0, 0], dq, [0, 0, 0], self.target_quat)[1])
-        self.grip_cmd = float(a[6])
+        self.grip_cmd = a[6]
         q = p.calculateInverseKinematics(
             self.robot,
             EE_LINK,
@@ -278,7 +287,7 @@ class World:
             FINGER_JOINTS,
             p.POSITION_CONTROL,
             targetPositions=[width, width],
-            forces=[FINGER_FORCE] * 2,
+            forces=_FINGER_FORCES,
             physicsClientId=c,
         )
         for _ in range(self.substeps):
@@ -287,26 +296,32 @@ class World:
 
     # -- state and observation ---------------------------------------------------------------------
     def state(self) -> dict[str, np.ndarray]:
-        """Privileged simulator state: what predicates, verifiers, planners and diagnosers read."""
+        """Privileged simulator state: what predicates, verifiers, planners and diagnosers read.
+
+        Per-object values are gathered as Python tuples and turned into one array per key (the values
+        are copied, not computed, so this is the same bits as filling preallocated arrays).
+        """
         c, r = self.client, self.robot
         ls = p.getLinkState(r, EE_LINK, computeForwardKinematics=True, physicsClientId=c)
-        js = p.getJointStates(r, ARM_JOINTS + FINGER_JOINTS, physicsClientId=c)
+        js = p.getJointStates(r, _STATE_JOINTS, physicsClientId=c)
         n = len(self.bodies)
-        obj_pos = np.zeros((n, 3))
-        obj_quat = np.zeros((n, 4))
-        obj_vel = np.zeros((n, 3))
-        finger = np.zeros((n, 2))
-        robot_contact = np.zeros(n)
+        pose = [p.getBasePositionAndOrientation(b.uid, physicsClientId=c) for b in self.bodies]
+        vel = [p.getBaseVelocity(b.uid, physicsClientId=c)[0] for b in self.bodies]
+        # one query for all the robot's contacts (bodyA is the robot in each: ct[2] is the other body,
+        # ct[3] the robot's link), grouped by body: the same link sets as one query per body
+        links: dict[int, set[int]] = {}
+        for ct in p.getContactPoints(r, physicsClientId=c):
+            links.setdefault(ct[2], set()).add(ct[3])
+        finger, robot_contact = [], []
         art_q, handle_pos = [], []
-        for i, b in enumerate(self.bodies):
-            pos, quat = p.getBasePositionAndOrientation(b.uid, physicsClientId=c)
-            obj_pos[i], obj_quat[i] = pos, quat
-            obj_vel[i] = p.getBaseVelocity(b.uid, physicsClientId=c)[0]
-            contacts = p.getContactPoints(r, b.uid, physicsClientId=c)
-            if contacts:
-                robot_contact[i] = 1.0
-                links = {ct[3] for ct in contacts}
-                finger[i] = (FINGER_JOINTS[0] in links, FINGER_JOINTS[1] in links)
+        for b in self.bodies:
+            touching = links.get(b.uid)
+            if touching:
+                finger.append((float(FINGER_JOINTS[0] in touching), float(FINGER_JOINTS[1] in touching)))
+                robot_contact.append(1.0)
+            else:
+                finger.append((0.0, 0.0))
+                robot_contact.append(0.0)
             for j in b.movable_joints:
                 art_q.append(p.getJointState(b.uid, j, physicsClientId=c)[0])
             for link, local in zip(b.handle_links, b.handle_local, strict=True):
@@ -319,11 +334,11 @@ class World:
             "ee_quat": np.array(ls[5]),
             "grip": np.array([js[7][0] + js[8][0]]),
             "q": np.array([s[0] for s in js[:7]]),
-            "obj_pos": obj_pos,
-            "obj_quat": obj_quat,
-            "obj_vel": obj_vel,
-            "finger_contact": finger,
-            "robot_contact": robot_contact,
+            "obj_pos": np.array([x[0] for x in pose], dtype=np.float64).reshape(n, 3),
+            "obj_quat": np.array([x[1] for x in pose], dtype=np.float64).reshape(n, 4),
+            "obj_vel": np.array(vel, dtype=np.float64).reshape(n, 3),
+            "finger_contact": np.array(finger, dtype=np.float64).reshape(n, 2),
+            "robot_contact": np.array(robot_contact, dtype=np.float64),
             "art_q": np.array(art_q, dtype=np.float64),
             "handle_pos": np.array(handle_pos, dtype=np.float64).reshape(-1, 3),
             "target_pos": self.target_pos.copy(),  # the controller's integrated target (privileged)

@@ -37,6 +37,21 @@ from coda.learn.policies.registry import register_policy
 DEFAULT_OBS_SPLIT = (15, 9, 9, 9, 8)
 
 
+def linear(layer: nn.Module, x: Tensor) -> Tensor:
+    """``layer(x)``; a plain ``nn.Linear`` is applied with ``F.linear`` directly, skipping the module call
+    (about 1.5 us each, a sizeable share of a batch-1 decision). Anything else, e.g. a peft LoRA layer that
+    replaced the linear, runs its own forward, so adapters are never bypassed. Module hooks are not run
+    for plain linears (none are used)."""
+    if type(layer) is nn.Linear:
+        return F.linear(x, layer.weight, layer.bias)
+    return layer(x)
+
+
+def layer_norm(norm: nn.LayerNorm, x: Tensor) -> Tensor:
+    """``norm(x)`` for an ``nn.LayerNorm`` via ``F.layer_norm``, skipping the module call (see `linear`)."""
+    return F.layer_norm(x, norm.normalized_shape, norm.weight, norm.bias, norm.eps)
+
+
 @dataclass(frozen=True)
 class FlowConfig(PolicyConfig):
     # defaults keep a j=8 decision at a few ms on one core (benchmarks/policy_speed.py)
@@ -86,24 +101,32 @@ class Block(nn.Module):
 
     def attend(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         y = F.scaled_dot_product_attention(q, k, v)
-        x = x + self.out_proj(y.transpose(1, 2).reshape(x.shape))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        x = x + linear(self.out_proj, y.transpose(1, 2).reshape(x.shape))
+        return x + linear(self.fc2, F.gelu(linear(self.fc1, layer_norm(self.ln2, x))))
 
     def context_forward(self, c: Tensor, last: bool = False) -> tuple[Tensor | None, Tensor, Tensor]:
         """Context tokens (B, C, d) -> (next layer's tokens, keys, values (B, H, C, d/H)).
 
         The last block's context outputs feed nothing (actions only read its keys and values): skipped.
         """
-        h = self.ln1(c)
-        k, v = self.heads(self.k_proj(h)), self.heads(self.v_proj(h))
-        return None if last else self.attend(c, self.heads(self.q_proj(h)), k, v), k, v
+        h = layer_norm(self.ln1, c)
+        k, v = self.heads(linear(self.k_proj, h)), self.heads(linear(self.v_proj, h))
+        return None if last else self.attend(c, self.heads(linear(self.q_proj, h)), k, v), k, v
 
     def action_forward(self, a: Tensor, k_context: Tensor, v_context: Tensor) -> Tensor:
-        """Action tokens (N, h, d) attending to themselves and the context keys/values (N, H, C, d/H)."""
-        h = self.ln1(a)
-        k = torch.cat([k_context, self.heads(self.k_proj(h))], dim=2)
-        v = torch.cat([v_context, self.heads(self.v_proj(h))], dim=2)
-        return self.attend(a, self.heads(self.q_proj(h)), k, v)
+        """Action tokens (B * j, h, d), j consecutive rows per context row, attending to themselves and to
+        their row's context keys/values (B, H, C, d/H); the context is broadcast, not copied, to the j."""
+        h = layer_norm(self.ln1, a)
+        k = self.with_context(k_context, self.heads(linear(self.k_proj, h)))
+        v = self.with_context(v_context, self.heads(linear(self.v_proj, h)))
+        return self.attend(a, self.heads(linear(self.q_proj, h)), k, v)
+
+    @staticmethod
+    def with_context(context: Tensor, actions: Tensor) -> Tensor:
+        """Keys or values of [context, actions] per row: (B, H, C, e), (B * j, H, h, e) -> (B * j, H, C + h, e)."""
+        b, n = context.shape[0], actions.shape[0]
+        grouped = actions.view(b, n // b, *actions.shape[1:])  # (B, j, H, h, e)
+        return torch.cat([context[:, None].expand(-1, n // b, -1, -1, -1), grouped], dim=3).flatten(0, 1)
 
 
 def time_features(t: Tensor, dim: int) -> Tensor:
@@ -140,7 +163,8 @@ class FlowPolicy(ChunkPolicy):
     def context(self, obs: Tensor, instr_emb: Tensor) -> list[tuple[Tensor, Tensor]]:
         """Per-layer context keys and values [(B, H, C, d/H)] * n_layers from the observation and instruction."""
         parts = self.normalize_obs(obs).split(self.config.obs_split, dim=-1)
-        tokens = [proj(part) for proj, part in zip(self.obs_in, parts)] + [self.instr_in(instr_emb.float())]
+        tokens = [linear(proj, part) for proj, part in zip(self.obs_in, parts)]
+        tokens.append(linear(self.instr_in, instr_emb.float()))
         c = torch.stack(tokens, dim=1)  # (B, C, d), C = len(obs_split) + 1
         kv = []
         for i, block in enumerate(self.blocks):
@@ -152,12 +176,31 @@ class FlowPolicy(ChunkPolicy):
         """Flow-time and position embedding added to the action tokens: t (M,) -> (M, h, d)."""
         return self.action_pos + self.time_mlp(time_features(t, self.config.d_model))[:, None]
 
+    def sampling_time_tokens(self) -> Tensor:
+        """`time_tokens` of the `flow_steps` Euler steps, (steps, h, d), cached between calls without grad.
+
+        They depend only on weights, so the cache is keyed on the storage and in-place version counter of
+        every parameter they read: an optimizer step, ``load_state_dict``, ``.to()`` or any other in-place
+        change of those parameters invalidates it. With grad enabled they are recomputed (and not cached).
+        """
+        steps = self.config.flow_steps
+        times = (1.0 / steps) * torch.arange(steps, dtype=torch.float32)
+        if torch.is_grad_enabled():
+            return self.time_tokens(times)
+        params = (self.action_pos, *self.time_mlp.parameters())
+        key = (steps, *((p.data_ptr(), p._version, p.dtype) for p in params))
+        cached = self.__dict__.get("_time_token_cache")
+        if cached is None or cached[0] != key:
+            cached = self.__dict__["_time_token_cache"] = (key, self.time_tokens(times))
+        return cached[1]
+
     def velocity(self, kv: list[tuple[Tensor, Tensor]], x_t: Tensor, time_tokens: Tensor) -> Tensor:
-        """Velocity field: context keys/values, x_t (N, h, 7), time_tokens (N or 1, h, d) -> (N, h, 7)."""
-        a = self.action_in(x_t) + time_tokens  # (N, h, d)
+        """Velocity field: context keys/values (B, H, C, d/H) per layer, x_t (B * j, h, 7) (j candidates per
+        context row), time_tokens (B * j or 1, h, d) -> (B * j, h, 7)."""
+        a = linear(self.action_in, x_t) + time_tokens  # (N, h, d)
         for block, (k, v) in zip(self.blocks, kv):
             a = block.action_forward(a, k, v)
-        return self.action_out(self.ln_out(a))
+        return linear(self.action_out, layer_norm(self.ln_out, a))
 
     def per_sample_loss(
         self, obs: Tensor, instr: Tensor, chunk: Tensor, generator: torch.Generator | None
@@ -175,14 +218,11 @@ class FlowPolicy(ChunkPolicy):
         c = self.config
         b = obs.shape[0]
         # the context is computed once per observation and shared by all j candidates and Euler steps
-        kv = [
-            (k.repeat_interleave(j, dim=0), v.repeat_interleave(j, dim=0))
-            for k, v in self.context(obs, instr_emb)
-        ]
+        kv = self.context(obs, instr_emb)
         x = torch.randn(b * j, c.horizon, c.action_dim, generator=generator)
         dt = 1.0 / c.flow_steps
         # every row shares the flow time of a step, so each step's time tokens are embedded once
-        time_tokens = self.time_tokens(dt * torch.arange(c.flow_steps, dtype=torch.float32))  # (steps, h, d)
+        time_tokens = self.sampling_time_tokens()  # (steps, h, d)
         for step in range(c.flow_steps):
-            x = x + dt * self.velocity(kv, x, time_tokens[step : step + 1])
+            x = torch.add(x, self.velocity(kv, x, time_tokens[step : step + 1]), alpha=dt)
         return (x.clamp(-1.0, 1.0) if clip else x).view(b, j, c.horizon, c.action_dim)
