@@ -13,7 +13,10 @@
 * median_episode_s: median scripted episode (state observation) on one core, scene spawn excluded;
   median_load_s is the spawn-and-settle cost that precedes it
 
-Usage: python benchmarks/sim_throughput.py --json [--data data] [--per-family 6]
+The world is configured as the default profile of params.yaml configures it (`world_kwargs`: IK iterations
+per control step, control and physics rates).
+
+Usage: python benchmarks/sim_throughput.py --json [--data data] [--per-family 6] [--params params.yaml]
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ import pybullet as p
 
 from coda import data
 from coda.commands import _planner_job
+from coda.config import load_params
 from coda.sim.executor import make_executor
 from coda.sim.rollout import plan_episode
-from coda.sim.world import ARM_FORCES, ARM_JOINTS, FINGER_FORCE, FINGER_JOINTS, World
+from coda.sim.world import ARM_FORCES, ARM_JOINTS, FINGER_FORCE, FINGER_JOINTS, World, world_kwargs
 
 
 def main() -> None:
@@ -39,11 +43,14 @@ def main() -> None:
     ap.add_argument("--data", default="data")
     ap.add_argument("--per-family", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--params", default="params.yaml", help="the world settings of its default profile")
     args = ap.parse_args()
     root = Path(args.data)
     scenes = [s for f in data.FAMILIES for s in data.seed_scenes(root, f, args.per_family)]
 
-    world = World(root)
+    # the engine as the default profile configures it (IK iterations per control step, control rate)
+    kwargs = world_kwargs(load_params(args.params))
+    world = World(root, **kwargs)
     c, robot = world.client, world.robot
     raw_steps, raw_s, idle_steps, idle_s, eng_steps, eng_s, episode_s, load_s = 0, 0.0, 0, 0.0, 0, 0.0, [], []
     eng_policy_s = 0.0
@@ -93,7 +100,7 @@ def main() -> None:
     rates = {}
     for workers in (1, 2):
         ex = make_executor(
-            "local", workers, timeout_s=120.0, initializer=data._init_worker, initargs=(str(root),)
+            "local", workers, timeout_s=120.0, initializer=data._init_worker, initargs=(str(root), kwargs)
         )
         ex.map(_planner_job, jobs[: 2 * workers])  # warm up: start the workers, import, load the catalog
         t0 = time.perf_counter()

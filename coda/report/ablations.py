@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from coda.report import paper
-from coda.report.common import ablation_round, pyplot, save_figure, stat_at
-from coda.report.runs import RunResult, Runs, fmt, paired
+from coda.report.common import ablation_round, pyplot, save_figure, single_seed_note, stat_at
+from coda.report.runs import RunResult, Runs, fmt, paired_episodes
 from coda.report.tables import Table
 
 
@@ -29,7 +29,7 @@ def _ablation_cell(runs: Runs, name: str, base: str = "coda") -> tuple[str, floa
         run = runs.seed_run(base)
     s = stat_at(run, r)
     ref = runs.seed_run("coda")
-    d = paired([run], [ref], r, r) if run and ref and name != "coda" else None
+    d = paired_episodes(run.at(r), ref.at(r)) if run and ref and name != "coda" else None
     return fmt(s), s["mean"], (fmt(d, signed=True) if d else "")
 
 
@@ -51,7 +51,7 @@ def table3_critic_sensitivity(runs: Runs, out: Path) -> Table:
     s = stat_at(sr, r)
     t.add("success-rate-guided generation (reference)", fmt(s), paper.TABLE3["sr_guided"], rank=s["mean"])
     t.notes.append(
-        f"Seed 0, compared at round {r}. The paper swaps four VLM critics; we have no VLM weights offline, so "
+        single_seed_note(runs, r) + " The paper swaps four VLM critics; we have no VLM weights offline, so "
         "the rows degrade our rollout-grounded diagnoser instead (`noisy:<p>` replaces a share of diagnosed "
         "factors at random; `phase_only` keeps only the failing phase). The `vlm` diagnoser exists but needs "
         "local weights."
@@ -78,7 +78,7 @@ def table4_text2potential(runs: Runs, out: Path) -> Table:
         ours, mean, d = _ablation_cell(runs, name)
         t.add(label, ours, p, rank=mean, **{"paired vs CoDA (points)": d})
     speed = updates_to_reach(runs)
-    t.notes.append(f"Seed 0, compared at round {r}.")
+    t.notes.append(single_seed_note(runs, r))
     t.notes.append(speed["note"])
     t.write(out)
     return t

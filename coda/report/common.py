@@ -55,3 +55,15 @@ def stat_at(run: RunResult | None, r: int | None) -> dict[str, Any]:
 def profile_rounds(runs: Runs) -> int | None:
     base = runs.seed_run("coda") or next(iter(runs.all()), None)
     return None if base is None else base.run.get("coevolve", {}).get("rounds")
+
+
+def single_seed_note(runs: Runs, r: int | None, ref: str = "coda") -> str:
+    """The note of a table of single-seed rows compared with `ref` seed 0 at round r."""
+    run = runs.seed_run(ref)
+    row = run.at(r) if run else None
+    n_ood = row.get("n_ood") if row else None
+    on = f" on the same {n_ood} OOD episodes" if n_ood else ""
+    return (
+        f"Seed 0 (n = 1), compared with {ref} seed 0 at round {r}{on}; paired differences are ± their s.e. over "
+        "those episodes."
+    )

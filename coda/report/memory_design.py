@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from coda.report import paper
-from coda.report.common import ablation_round, pyplot, save_figure, stat_at
-from coda.report.runs import RunResult, Runs, fmt, paired, rows_at, stat
+from coda.report.common import ablation_round, pyplot, save_figure, single_seed_note, stat_at
+from coda.report.runs import RunResult, Runs, fmt, paired_episodes, rows_at, stat
 from coda.report.tables import Table
 
 
@@ -37,7 +37,7 @@ def complementarity(runs: Runs, out: Path) -> Table:
         run = _seed0_run(runs, name)
         s = stat_at(run, r)
         ref = runs.seed_run("critic_no_memory")
-        d = paired([run], [ref], r, r) if run and ref and name != "critic_no_memory" else None
+        d = paired_episodes(run.at(r), ref.at(r)) if run and ref and name != "critic_no_memory" else None
         t.add(
             label,
             fmt(s),
@@ -45,7 +45,7 @@ def complementarity(runs: Runs, out: Path) -> Table:
             rank=s["mean"],
             **{"paired vs no memory (points)": fmt(d, signed=True) if d else ""},
         )
-    t.notes.append(f"Seed 0, compared at round {r}.")
+    t.notes.append(single_seed_note(runs, r, "critic_no_memory"))
     t.write(out)
     return t
 
@@ -226,7 +226,7 @@ def table7_backbone_transfer(runs: Runs, out: Path) -> Table:
         paper.TABLE7["reuse_b"],
         rank=s_reuse["mean"],
     )
-    gain = paired([reuse_b], [sft_b], None, None) if sft_b and reuse_b else None
+    gain = paired_episodes(reuse_b.at(None), sft_b.at(None)) if sft_b and reuse_b else None
     t.add(
         "gain from reused memory (points)",
         fmt(gain, signed=True) if gain else "not run",
@@ -243,7 +243,9 @@ def table7_backbone_transfer(runs: Runs, out: Path) -> Table:
         "Backbone A is the profile's `sft.backbone`; backbone B is `experiments.backbone_b` (here "
         f"{backbone_b or 'see params.yaml'}), trained by SFT on the same planner demonstrations and then by "
         "`memory_reuse`: replaying the frozen memory of CoDA seed 0 (its scenes and training programs), with "
-        "no environment generation. One direction only (A's memory to B)."
+        "no environment generation. Both rows are evaluated on Table 1's final episodes; the gain is paired over "
+        "them (± s.e. over episodes, one seed). One direction only (A's memory to B): the other needs a CoDA run "
+        "of backbone B (5 rounds of flow-matching AWR, about 30 minutes here), which does not fit the cpu budget."
     )
     t.write(out, check_order=False)
     return t
