@@ -193,6 +193,29 @@ def test_killed_run_resumes_to_the_uninterrupted_result(coda, run_method, coda_r
     a = {k: v for k, v in json.loads((out / "metrics.json").read_text()).items() if k not in TIMING}
     b = {k: v for k, v in json.loads((coda_run / "metrics.json").read_text()).items() if k not in TIMING}
     assert a == b
+    assert (out / "train_log.csv").read_bytes() == (coda_run / "train_log.csv").read_bytes()
+
+
+def test_training_is_logged_per_update(coda_run, tiny_params):
+    """train_log.csv: one row per critic and per policy update of every round, in order, with finite losses;
+    rounds.json carries the round's mean losses."""
+    import csv
+    import math
+
+    import yaml
+
+    c = yaml.safe_load(tiny_params.read_text())["profiles"]["smoke"]["coevolve"]
+    history = json.loads((coda_run / "rounds.json").read_text())
+    rows = list(csv.DictReader((coda_run / "train_log.csv").open()))
+    for kind, per_round in (
+        ("critic", [c["critic_steps"]] * 2),
+        ("policy", [m["round_updates"] for m in history]),  # the scheduler may end a round early
+    ):
+        mine = [r for r in rows if r["kind"] == kind]
+        assert per_round[0] > 0 and [int(r["step"]) for r in mine] == list(range(1, sum(per_round) + 1))
+        assert [int(r["round"]) for r in mine] == [1] * per_round[0] + [2] * per_round[1]
+        assert all(math.isfinite(float(r["loss"])) for r in mine)
+    assert all(isinstance(m["policy_loss"], float) and isinstance(m["critic_loss"], float) for m in history)
 
 
 def test_memory_reuse_trains_on_a_frozen_memory(run_method, coda_run, tmp_path):

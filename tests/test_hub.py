@@ -287,6 +287,9 @@ def test_push_pull_round_trip(hub, tmp_path):
         ".gitattributes",
     }
     assert set(remote) == expected
+    assert "tables/programs.parquet" in remote
+    assert remote["README.md"].decode() != (snap / "README.md").read_text()  # rewritten: repo id, provenance
+    assert REPO in remote["README.md"].decode() and "abc1234" in remote["README.md"].decode()
     for rel in read_manifest(snap)["files"]:
         assert remote[rel] == (snap / rel).read_bytes()
 
@@ -307,7 +310,8 @@ def test_dataset_card_lists_tables_as_configs(tmp_path):
     )
     card = DatasetCard(text)
     configs = {c["config_name"]: c["data_files"] for c in card.data.to_dict()["configs"]}
-    assert configs["modes"] == "tables/modes.parquet" and len(configs) == 6
+    assert configs["modes"] == "tables/modes.parquet" and len(configs) == 7
+    assert configs["programs"] == "tables/programs.parquet"
     assert card.data.license and "robotics" in card.data.tags
     assert "abc1234" in text and "`profile`" in text and "a: 1" in text
 

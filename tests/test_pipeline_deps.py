@@ -35,6 +35,20 @@ def test_pybullet_stages_depend_on_every_sim_entry_but_libero():
         assert "coda/sim" not in deps and "coda/sim/libero" not in deps, name
 
 
+def test_run_stages_depend_on_every_memory_module_but_libero_schema_and_cli():
+    entries = {
+        f"coda/memory/{p.name}"
+        for p in (ROOT / "coda" / "memory").iterdir()
+        if p.name not in ("libero_programs.py", "cli.py", "__pycache__")
+    }
+    runs = [n for n, deps in _stage_deps().items() if "coda/memory/store.py" in deps]
+    assert {"table1", "ablation", "budget", "long", "backbone", "sft_eval"} <= set(runs)
+    for name in runs:
+        deps = set(_stage_deps()[name])
+        assert entries <= deps, f"{name} misses {sorted(entries - deps)}"
+        assert "coda/memory" not in deps and "coda/memory/libero_programs.py" not in deps, name
+
+
 def test_no_stage_depends_on_the_command_line_parser():
     """`coda.cli` only parses; the stages depend on `coda.commands` (or their own package), so adding a
     command does not invalidate finished runs."""

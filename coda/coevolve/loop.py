@@ -140,6 +140,7 @@ class Loop:
                 self.out,
                 r,
                 metrics,
+                train_log=self.trainer.log,
                 pairs=self.control.pairs,
                 extra_state=self.domain.state(),
                 snapshot_extra={"method": self.method.name, "seed": self.seed, "profile": self.profile},
@@ -296,6 +297,7 @@ class Loop:
             "cpu_s": round(cpu_s, 1),
             **self.domain.failures(),
             "worker_cpu_s": round(worker_s, 1),
+            **{k: None if v is None else round(v, 5) for k, v in self.trainer.round_losses.items()},
             **evaluation,
         }
         if self.method.uses_memory:

@@ -45,6 +45,33 @@ def git_info() -> dict[str, Any]:
     return {"git_sha": sha, "git_dirty": dirty}
 
 
+TRAIN_LOG = "train_log.csv"
+TRAIN_LOG_COLUMNS = ("round", "kind", "step", "loss", "awr_loss", "imitation_loss", "ess_fraction")
+
+
+def train_log_csv(rows, *, header: bool) -> str:
+    """Per-update log rows as CSV (`TRAIN_LOG_COLUMNS`; kind "critic": TD loss per critic update, "policy":
+    AWR + imitation loss per policy update; step counts that kind's updates over the run; blank = none)."""
+    lines = [",".join(TRAIN_LOG_COLUMNS)] if header else []
+    for row in rows:
+        cells = []
+        for key in TRAIN_LOG_COLUMNS:
+            v = row.get(key)
+            cells.append("" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v))
+        lines.append(",".join(cells))
+    return "\n".join(lines) + "\n" if lines else ""
+
+
+def write_train_log(out: Path, r: int) -> None:
+    """`out`/train_log.csv: the logs of rounds 1..r from their checkpoints, in order (`dvc plots` reads it)."""
+    parts = [",".join(TRAIN_LOG_COLUMNS) + "\n"]
+    for k in range(1, r + 1):
+        path = round_dir(out, k) / TRAIN_LOG
+        if path.is_file():
+            parts.append("".join(path.read_text().splitlines(keepends=True)[1:]))
+    (out / TRAIN_LOG).write_text("".join(parts))
+
+
 def round_dir(out: Path, r: int) -> Path:
     return out / "rounds" / f"round-{r:04d}"
 
@@ -122,11 +149,13 @@ class RunState:
         r: int,
         metrics: dict[str, Any],
         *,
+        train_log: list[dict[str, Any]] = (),
         pairs: dict[str, list[list[int]]],
         extra_state: dict[str, Any],
         snapshot_extra: dict[str, Any],
     ) -> None:
-        """Round r's memory snapshot and checkpoint (atomically renamed into place), then rounds.json."""
+        """Round r's memory snapshot and checkpoint (atomically renamed into place, with the round's
+        per-update `train_log`), then rounds.json and the run's train_log.csv (every saved round's log)."""
         from coda.memory.store import save_snapshot
 
         t0 = time.perf_counter()
@@ -160,9 +189,11 @@ class RunState:
         }
         metrics.setdefault("time_s", {})["snapshot"] = round(time.perf_counter() - t0, 2)
         (tmp / "state.json").write_text(json.dumps(state, sort_keys=True) + "\n")
+        (tmp / TRAIN_LOG).write_text(train_log_csv(train_log, header=True))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
         write_json(out / "rounds.json", self.history)
+        write_train_log(out, r)
 
     def load(self, out: Path, r: int, sft_dir: Path, seed: int, replay_capacity: int) -> dict[str, Any]:
         """Restore round r's checkpoint; returns its state.json (for the parts other units keep)."""

@@ -21,6 +21,9 @@ class Trainer:
     def __init__(self, loop: Any) -> None:
         self.loop = loop
         self.critic_loss: float | None = None
+        # the last round's per-update log (`coda.coevolve.state.TRAIN_LOG_COLUMNS`), saved with its checkpoint
+        self.log: list[dict[str, Any]] = []
+        self.round_losses: dict[str, float | None] = {}  # the last round's mean losses, for rounds.json
 
     def collect_demos(self, rollouts: list) -> None:
         """`demos_per_family` planner demonstrations per family: scenes the policy failed first (targeted
@@ -80,6 +83,10 @@ class Trainer:
             rng=rng,
             candidates_fn=policy_candidates(s.policy, c.j, gen_t),
         )
+        self.log = [
+            {"round": r, "kind": "critic", "step": s.critic_updates + i + 1, "loss": loss}
+            for i, loss in enumerate(losses)
+        ]
         s.critic_updates += c.critic_steps
         s.critic.eval()
         if clock is not None:
@@ -127,9 +134,20 @@ class Trainer:
                     "instr": enc.encode([t for p in parts for t in p["instr"]]),
                     "chunk": torch.cat([p["chunk"] for p in parts]),
                 }
-            updater.update(batch, imitation=imitation)
+            stats = updater.update(batch, imitation=imitation)
             done += 1
             s.updates += 1
+            self.log.append(
+                {
+                    "round": r,
+                    "kind": "policy",
+                    "step": s.updates,
+                    "loss": stats["loss"],
+                    "awr_loss": stats["awr_loss"],
+                    "imitation_loss": stats["imitation_loss"],
+                    "ess_fraction": stats.get("ess_fraction"),
+                }
+            )
             if scheduler.checks_at(done, c.policy_updates):
                 track.append(
                     scheduler.measure(targeted, done, lambda scenes, d=done: self._check(r, d, scenes))
@@ -138,6 +156,13 @@ class Trainer:
                     break
         s.policy.eval()
         self.critic_loss = float(np.mean(losses[-10:])) if losses else None
+        policy = [row for row in self.log if row["kind"] == "policy"]
+        self.round_losses = {
+            "critic_loss": self.critic_loss,
+            "policy_loss": float(np.mean([x["loss"] for x in policy[-50:]])) if policy else None,
+            "awr_loss": float(np.mean([x["awr_loss"] for x in policy[-50:]])) if policy else None,
+            "imitation_loss": float(np.mean([x["imitation_loss"] for x in policy[-50:]])) if policy else None,
+        }
         if clock is not None:
             clock.lap("policy_updates")
         return done, track

@@ -1,8 +1,9 @@
 """Release and reuse of memory snapshots as Hugging Face Hub dataset repositories.
 
 A released snapshot is a dataset repo holding exactly the snapshot's files (``manifest.json``,
-``tables/*.parquet``, ``programs/*.json``) plus a dataset card, ``README.md``, whose YAML ``configs`` list one
-config per table, so ``datasets.load_dataset(repo_id, "modes")`` reads a table directly. `push_memory`
+``tables/*.parquet``, ``programs/*.json``) plus its dataset card, ``README.md`` (`coda.memory.card`,
+rewritten at push time with the repo id and the provenance given as ``card``), whose YAML ``configs`` list
+one config per table, so ``datasets.load_dataset(repo_id, "modes")`` reads a table directly. `push_memory`
 verifies the snapshot before uploading it (a snapshot that does not verify is never published), replaces
 the previous snapshot's files in one commit, and can tag that commit. `pull_memory` downloads a revision
 (pin a tag or a full commit hash for reproducibility) and verifies it with `load_snapshot`: checksums,
@@ -22,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -30,89 +30,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 # imported with this module, not lazily: huggingface_hub reads HF_ENDPOINT / HF_HUB_OFFLINE at import
 from huggingface_hub import HfApi, constants, snapshot_download
 from huggingface_hub.errors import HfHubHTTPError
 
-from coda.memory.store import SCHEMA, MemoryFormatError, load_snapshot, read_manifest, resolve_snapshot
+from coda.memory.card import LICENSE, TABLE_DESCRIPTIONS, TAGS, dataset_card  # noqa: F401  (re-exported)
+from coda.memory.store import MemoryFormatError, load_snapshot, read_manifest, resolve_snapshot
 
 REPO_TYPE = "dataset"
-LICENSE = "mit"
-TAGS = ("robotics", "manipulation", "coda", "curriculum-learning", "simulation")
-TABLE_DESCRIPTIONS = {
-    "scenes": "every scene with its construction trace (generation steps, checks, repairs) and lineage",
-    "rollouts": "one summary row per policy rollout",
-    "diagnoses": "rollout-grounded failure diagnoses (phase, generative factor, cause) and their mode",
-    "modes": "difficulty modes with hardness, learning progress, importance and compiled programs",
-    "mode_stats": "per-measurement targeted/control success of each mode",
-    "program_stats": "per-measurement learning progress of each program",
-}
 
 
 class HubError(RuntimeError):
     """A Hub operation that cannot be done as asked (offline, a tag that points elsewhere)."""
-
-
-def dataset_card(manifest: Mapping[str, Any], repo_id: str, card: Mapping[str, Any] | None = None) -> str:
-    """The README.md of a released snapshot: YAML front matter (configs, license, tags) and provenance."""
-    card = dict(card or {})
-    front = {
-        "license": card.pop("license", LICENSE),
-        "pretty_name": f"CoDA shared memory (round {manifest['round']})",
-        "tags": list(TAGS),
-        "configs": [{"config_name": name, "data_files": f"tables/{name}.parquet"} for name in SCHEMA],
-    }
-    params = card.pop("params", None)
-    provenance = {"round": manifest["round"], **card}
-    rows = "\n".join(f"| `{k}` | {json.dumps(v, sort_keys=True)} |" for k, v in provenance.items())
-    tables = "\n".join(
-        f"| `{name}` | {manifest['tables'][name]} | {TABLE_DESCRIPTIONS[name]} |" for name in SCHEMA
-    )
-    n_programs = sum(rel.startswith("programs/") for rel in manifest["files"])
-    parts = [
-        "---",
-        yaml.safe_dump(front, sort_keys=False).rstrip(),
-        "---",
-        "",
-        f"# CoDA shared memory, round {manifest['round']}",
-        "",
-        "The shared heterogeneous memory of a CoDA (Co-Evolution of Data Engines and Action Policies) run: "
-        "construction traces, rollout summaries, failure diagnoses, difficulty modes, and the generation and "
-        f"training programs compiled for them ({n_programs} program files under `programs/`, JSON documents "
-        "of a declarative DSL: data, never code).",
-        "",
-        "| table | rows | contents |",
-        "|---|---|---|",
-        tables,
-        "",
-        "## How it was produced",
-        "",
-        "| field | value |",
-        "|---|---|",
-        rows,
-    ]
-    if params is not None:
-        parts += ["", "Parameters:", "", "```yaml", yaml.safe_dump(params, sort_keys=True).rstrip(), "```"]
-    parts += [
-        "",
-        "## Use",
-        "",
-        "```bash",
-        f"coda memory pull {repo_id} --revision <tag or commit>   # download and verify checksums",
-        "```",
-        "",
-        "```python",
-        "from coda.memory.hub import pull_memory",
-        "from coda.memory.store import load_snapshot",
-        f'memory = load_snapshot(pull_memory("{repo_id}", revision="<tag or commit>"))',
-        "```",
-        "",
-        "`manifest.json` records the sha256 and size of every file; loaders verify them and never unpickle.",
-        "",
-    ]
-    return "\n".join(parts)
 
 
 def _endpoint(endpoint: str | None) -> str | None:

@@ -1,11 +1,14 @@
 """The snapshot format of the memory, and reading it back: `load_snapshot` trusts nothing it reads.
 
 A snapshot directory holds ``tables/<name>.parquet`` (explicit Arrow schema, rows in a canonical order),
-``programs/<id>.json`` (sorted keys) and ``manifest.json`` (row counts, sha256 and size of every file);
-`coda.memory.store.save_snapshot` writes it atomically. `load_snapshot` checks the manifest's keys and
+``programs/<id>.json`` (sorted keys), ``tables/programs.parquet`` (the same program documents as one table,
+`PROGRAMS_SCHEMA`, sorted by id; absent from snapshots written before it existed), ``manifest.json`` (row
+counts, sha256 and size of every file) and a dataset card, ``README.md`` (`coda.memory.card`; not in the
+manifest, as a Hub push rewrites it); `coda.memory.store.save_snapshot` writes it atomically. `load_snapshot` checks the manifest's keys and
 version, the exact file set, every size and sha256, table schemas and row values, and program documents,
 with size limits; files are parsed as Parquet and JSON, never unpickled. Any problem raises
-`MemoryFormatError` naming the file and field. A run keeps one snapshot per round under
+`MemoryFormatError` naming the file and field; ``tables/programs.parquet``, when present, must agree with
+``programs/*.json`` (same ids, same document text, consistent kind, mode and family). A run keeps one snapshot per round under
 ``<run_dir>/memory/round-0003/`` (`snapshot_path`, `latest_snapshot`, `resolve_snapshot`).
 """
 
@@ -27,9 +30,12 @@ from coda.memory.tables import Memory
 __all__ = [
     "FORMAT",
     "SCHEMA_VERSION",
+    "PROGRAMS_FILE",
+    "PROGRAMS_SCHEMA",
     "MemoryFormatError",
     "latest_snapshot",
     "load_snapshot",
+    "program_rows",
     "read_manifest",
     "resolve_snapshot",
     "snapshot_path",
@@ -45,12 +51,42 @@ MAX_FILES = 10_000
 HUB_EXTRA_FILES = ("README.md", ".gitattributes")  # a Hub copy has these beside the snapshot
 HUB_METADATA_DIR = ".cache"  # snapshot_download(local_dir=...) keeps its metadata here
 
+PROGRAMS_FILE = "tables/programs.parquet"
+# one row per program document, sorted by program_id; `document` is the text of programs/<id>.json
+PROGRAMS_SCHEMA = pa.schema(
+    [
+        pa.field("program_id", pa.string(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),
+        pa.field("mode_id", pa.string(), nullable=True),
+        pa.field("family", pa.string(), nullable=True),
+        pa.field("document", pa.string(), nullable=False),
+    ]
+)
+
 _ROUND_DIR = re.compile(r"round-(\d+)")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class MemoryFormatError(ValueError):
     """A snapshot that is missing, corrupt, tampered with or of an unknown format; names file and field."""
+
+
+def program_rows(documents: dict[str, str]) -> list[dict[str, Any]]:
+    """The rows of ``tables/programs.parquet`` from program id -> canonical JSON text, sorted by id."""
+    rows = []
+    for pid in sorted(documents):
+        doc = json.loads(documents[pid])
+        mode, family = doc.get("mode"), doc.get("family")
+        rows.append(
+            {
+                "program_id": pid,
+                "kind": doc["kind"],
+                "mode_id": mode if isinstance(mode, str) and mode else None,
+                "family": family if isinstance(family, str) and family else None,
+                "document": documents[pid],
+            }
+        )
+    return rows
 
 
 def snapshot_path(run_dir: str | Path, round: int) -> Path:
@@ -136,7 +172,7 @@ def _check_file_list(manifest: dict[str, Any], max_files: int) -> dict[str, dict
                 check_program_id(rel[len("programs/") : -len(".json")])
             except ValueError as err:
                 raise _fail("manifest.json", f"files: {rel!r}: {err}") from None
-        elif rel not in {f"tables/{name}.parquet" for name in SCHEMA}:
+        elif rel != PROGRAMS_FILE and rel not in {f"tables/{name}.parquet" for name in SCHEMA}:
             raise _fail("manifest.json", f"files: unexpected path {rel!r}")
     for name in SCHEMA:
         if f"tables/{name}.parquet" not in files:
@@ -216,6 +252,34 @@ def _parse_program(rel: str, data: bytes) -> dict[str, Any]:
     return doc
 
 
+def _check_programs_table(data: bytes, documents: dict[str, str]) -> None:
+    """``tables/programs.parquet`` must hold exactly the rows `program_rows` derives from programs/*.json."""
+    rel = PROGRAMS_FILE
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise _fail(rel, f"not a readable Parquet file ({err})") from None
+    got = table.schema.remove_metadata()
+    if not got.equals(PROGRAMS_SCHEMA):
+        raise _fail(
+            rel, f"schema {got.to_string()!r} differs from the expected {PROGRAMS_SCHEMA.to_string()!r}"
+        )
+    rows, want = table.to_pylist(), program_rows(documents)
+    ids, want_ids = [r["program_id"] for r in rows], [r["program_id"] for r in want]
+    if ids != want_ids:
+        extra, missing = sorted(set(ids) - set(want_ids)), sorted(set(want_ids) - set(ids))
+        raise _fail(
+            rel,
+            f"program_id: rows {extra} have no programs/<id>.json, programs {missing} have no row"
+            if extra or missing
+            else "program_id: rows are not sorted by program_id (or repeat one)",
+        )
+    for i, (row, expected) in enumerate(zip(rows, want, strict=True)):
+        for col in PROGRAMS_SCHEMA.names:
+            if row[col] != expected[col]:
+                raise _fail(rel, f"row {i}: {col} differs from programs/{expected['program_id']}.json")
+
+
 def load_snapshot(
     path: str | Path,
     *,
@@ -241,11 +305,18 @@ def load_snapshot(
         data = _read_verified(root, rel, files[rel], max_table_bytes, "max_table_bytes")
         tables[name] = _parse_table(rel, name, data, manifest["tables"][name])
     programs: dict[str, dict] = {}
+    texts: dict[str, str] = {}
     for rel in sorted(r for r in files if r.startswith("programs/")):
-        doc = _parse_program(
-            rel, _read_verified(root, rel, files[rel], max_program_bytes, "max_program_bytes")
-        )
+        data = _read_verified(root, rel, files[rel], max_program_bytes, "max_program_bytes")
+        doc = _parse_program(rel, data)
+        try:
+            texts[doc["id"]] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _fail(rel, "not UTF-8 text") from None
         programs[doc["id"]] = doc
+    if PROGRAMS_FILE in files:  # snapshots written before it existed lack it
+        data = _read_verified(root, PROGRAMS_FILE, files[PROGRAMS_FILE], max_table_bytes, "max_table_bytes")
+        _check_programs_table(data, texts)
     try:
         return Memory._from_rows(tables, programs)
     except ValueError as err:

@@ -23,8 +23,9 @@ decaying to 0 while it is flat); ``importance`` is learning progress normalised 
 family's validated modes (proportionally; uniform while all are 0; 0 for modes that are not validated).
 
 Snapshots. `save_snapshot` (here) writes ``tables/<name>.parquet`` (explicit Arrow schema, rows in a canonical
-order), ``programs/<id>.json`` (sorted keys) and ``manifest.json`` (row counts, sha256 and size of every
-file) into a temporary sibling directory and renames it into place, so a crash never leaves a partial
+order), ``programs/<id>.json`` (sorted keys), ``tables/programs.parquet`` (the programs as one table, sorted
+by id), ``manifest.json`` (row counts, sha256 and size of every file) and a dataset card ``README.md``
+(`coda.memory.card`: a snapshot is a self-describing Hugging Face dataset) into a temporary sibling directory and renames it into place, so a crash never leaves a partial
 snapshot; two equal memories give byte-identical snapshots. `load_snapshot` trusts nothing it reads: it
 checks the manifest's keys and version, the exact file set, every size and sha256, table schemas and row
 values, and program documents, with size limits; files are parsed as Parquet and JSON, never unpickled. Any
@@ -66,6 +67,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from coda.memory.card import dataset_card
 from coda.memory.modes import (  # noqa: F401  (re-exported API)
     FAST_ALPHA,
     SIMILARITY_THRESHOLD,
@@ -99,10 +101,13 @@ from coda.memory.snapshots import (  # noqa: F401  (re-exported API)
     MAX_MANIFEST_BYTES,
     MAX_PROGRAM_BYTES,
     MAX_TABLE_BYTES,
+    PROGRAMS_FILE,
+    PROGRAMS_SCHEMA,
     SCHEMA_VERSION,
     MemoryFormatError,
     latest_snapshot,
     load_snapshot,
+    program_rows,
     read_manifest,
     resolve_snapshot,
     snapshot_path,
@@ -130,7 +135,10 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _table_bytes(memory: Memory, name: str) -> bytes:
-    table = pa.Table.from_pylist(memory.rows(name), schema=arrow_schema(name))
+    return _parquet_bytes(pa.Table.from_pylist(memory.rows(name), schema=arrow_schema(name)))
+
+
+def _parquet_bytes(table: pa.Table) -> bytes:
     buf = pa.BufferOutputStream()
     # no pandas metadata (built from Python rows); pyarrow writes no timestamps, so equal rows -> equal bytes
     pq.write_table(table, buf, compression="zstd", use_dictionary=False, store_schema=True)
@@ -192,8 +200,10 @@ def save_snapshot(
 
         for name in SCHEMA:
             put(f"tables/{name}.parquet", _table_bytes(memory, name))
-        for pid, doc in memory.programs().items():
-            put(f"programs/{pid}.json", _json_bytes(doc))
+        texts = {pid: _json_bytes(doc).decode() for pid, doc in memory.programs().items()}
+        for pid, text in texts.items():
+            put(f"programs/{pid}.json", text.encode())
+        put(PROGRAMS_FILE, _parquet_bytes(pa.Table.from_pylist(program_rows(texts), schema=PROGRAMS_SCHEMA)))
         manifest = {
             "format": FORMAT,
             "schema_version": SCHEMA_VERSION,
@@ -204,6 +214,9 @@ def save_snapshot(
         }
         manifest_bytes = _json_bytes(manifest)
         _write_bytes(tmp / "manifest.json", manifest_bytes)
+        _write_bytes(
+            tmp / "README.md", dataset_card(manifest).encode()
+        )  # not in the manifest: push rewrites it
         for d in sorted({(tmp / rel).parent for rel in files} | {tmp}, reverse=True):
             _fsync_dir(d)
         _move_into_place(tmp, directory, manifest_bytes, overwrite, token)
