@@ -80,6 +80,21 @@ def test_demo_packing_round_trips_and_tables_count_by_kind():
     )
     assert table["standard"] == {"mean": 0.5, "n": 2, "by_task": {"0": 1.0, "1": 0.0}}
     assert table["position"]["mean"] == 0.0 and "instruction" not in table
+    assert le.success_table([("new_task", 3, {"success": True})])["new_task"]["by_task"] == {"3": 1.0}
+    assert le.suite_of("libero_object", "new_task") == "libero_object_task"
+    assert set(le.OOD_KINDS) == set(le.KINDS) - {"standard"}
+
+
+def test_retarget_variants_round_trip_and_leave_other_keys_unchanged():
+    plain = lp.Variant(2, 7, {"object": [0.01, 0.0]}, None, "gp-x", 1)
+    assert "retarget" not in plain.to_dict()  # hashes of existing variants are unchanged
+    new = lp.Variant(2, 7, retarget=1)
+    assert new.perturbed and not new.control().perturbed
+    assert lp.Variant.from_dict(json.loads(json.dumps(new.to_dict()))) == new
+    assert new.key() != lp.Variant(2, 7).key()
+    text = lp.retarget_instruction("pick up the alphabet soup and place it in the basket", "cream_cheese_1")
+    assert text == "pick the cream cheese and place it in the basket"
+    assert lp.parse_instruction(text) == ("cream cheese", "in", "basket")
 
 
 # -- with the simulator -------------------------------------------------------------------------------------
@@ -100,14 +115,14 @@ def test_tiny_libero_sft_and_a_resumed_round(tmp_path):
     )
     sft = lr.run_sft(cfg, tmp_path / "sft")
     assert sft["planner"]["0"]["n"] == 1 and sft["demos"] >= 1
-    assert set(sft["eval"]) == {"standard", "position", "instruction"}
+    assert set(sft["eval"]) == set(le.KINDS) == {"standard", "position", "instruction", "new_task"}
     first = dataclasses.replace(cfg, libero=dataclasses.replace(cfg.libero, rounds=1))
     lr.run_rounds(first, tmp_path / "sft", tmp_path / "coda")  # stops after round 1 ...
     assert (tmp_path / "coda" / "rounds" / "round-0001").is_dir()
     out = lr.run_rounds(cfg, tmp_path / "sft", tmp_path / "coda")  # ... and this resumes at round 2
     history = json.loads((tmp_path / "coda" / "rounds.json").read_text())
     assert [h["round"] for h in history] == [1, 2] and out["rounds"] == 2
-    assert set(out["after"]) == {"standard", "position", "instruction"}
+    assert set(out["after"]) == set(le.KINDS)
     # the shared loop's per-round record: the same budget and keys as a PyBullet run
     assert all(h["envs_requested"] == 2 * cfg.libero.envs_per_task for h in history)
     assert history[1]["libero"] == out["after"]  # the final evaluation, in the shared loop's record

@@ -71,6 +71,65 @@ def test_lan_suite_instruction_differs():
         e.close()
 
 
+def test_pro_suites_swap_the_layout_or_change_the_goal_object():
+    """`_swap`: same goal and instruction, the goal object and one neighbour trade places; `_task`: same
+    layout, the instruction and the BDDL goal name another object of the scene (here the cream cheese)."""
+    std = env_positions("libero_object")
+    swap, swap_goal, swap_text = env_positions("libero_object_swap", with_task=True)
+    task, task_goal, task_text = env_positions("libero_object_task", with_task=True)
+    assert swap_goal == "alphabet_soup_1" and "alphabet soup" in swap_text
+    moved = {n for n in std if np.linalg.norm(swap[n] - std[n]) > 0.03}
+    assert moved == {"alphabet_soup_1", "butter_1"}
+    np.testing.assert_allclose(swap["alphabet_soup_1"], std["butter_1"], atol=0.03)
+    assert task_goal == "cream_cheese_1" and "cream cheese" in task_text
+    assert all(np.linalg.norm(task[n] - std[n]) < 0.03 for n in std)  # the layout is the standard one
+
+
+def env_positions(suite, with_task=False):
+    e = lib.LiberoEnv(suite, 0)
+    try:
+        pos = {n: p[:2] for n, p in e.reset(0)["objects"].items()}
+        return (pos, e.task.goal.obj, e.instruction.lower()) if with_task else pos
+    finally:
+        e.close()
+
+
+def test_retarget_makes_another_object_the_goal_and_restores(env):
+    env.retarget("cream_cheese_1")
+    try:
+        assert env.task.goal.obj == "cream_cheese_1" and env.task.goal.target == "basket_1_contain_region"
+        state = env.reset(0)
+        np.testing.assert_allclose(state["obj_pos"], state["objects"]["cream_cheese_1"])
+        assert env._env.env.parsed_problem["goal_state"] == [
+            ["in", "cream_cheese_1", "basket_1_contain_region"]
+        ]
+        with pytest.raises(KeyError):
+            env.retarget("basket_1")  # the goal target cannot be the goal object
+    finally:
+        env.retarget(None)
+    assert env.task.goal.obj == "alphabet_soup_1"
+    assert env._env.env.parsed_problem["goal_state"] == [["in", "alphabet_soup_1", "basket_1_contain_region"]]
+
+
+@pytest.mark.slow
+def test_planner_solves_a_retargeted_variant():
+    from coda.libero import programs as lp
+    from coda.sim.libero import episodes as le
+
+    v = lp.Variant(0, 0, retarget=0)
+    job = le.Episode("libero_object", v, "planner", "libero_object", max_steps=300).job()
+    out = le.episode_job(job)
+    env = le._env("libero_object", 0)
+    new = le.neighbour(env, 0, 0)
+    assert new != "alphabet_soup_1" and out["instruction"] == lp.retarget_instruction(env.task.language, new)
+    assert out["success"], out
+    assert (
+        env.task.goal.obj == "alphabet_soup_1"
+    )  # the next job on this environment starts from the BDDL goal
+    plain = le.episode_job(le.Episode("libero_object", lp.Variant(0, 0), "planner", "libero_object").job())
+    assert plain["instruction"] == env.instruction
+
+
 @pytest.mark.slow
 def test_planner_solves_object_task0_and_record_roundtrip(env):
     from coda.sim.libero.planner import LiberoPlanner, covers

@@ -59,6 +59,18 @@ def parse_instruction(text: str) -> tuple[str, str, str]:
     return m["obj"], rel, m["target"]
 
 
+def object_phrase(name: str) -> str:
+    """The instruction phrase of a BDDL object instance: 'cream_cheese_1' -> 'cream cheese'."""
+    return re.sub(r"_\d+$", "", name).replace("_", " ")
+
+
+def retarget_instruction(text: str, obj: str) -> str:
+    """`text` with its object phrase replaced by BDDL object `obj`'s (same verb, relation and target), in
+    LIBERO-Pro ``_task``'s wording: 'pick the cream cheese and place it in the basket'."""
+    _, rel, target = parse_instruction(text)
+    return f"pick the {object_phrase(obj)} and place it {_REL[rel][0]} the {target}"
+
+
 def paraphrase(text: str, template: int, relation: int = 0, drop_articles: bool = False) -> str:
     """`text` rewritten with ``TEMPLATES[template]`` and the ``relation``-th wording of in/on."""
     obj, rel, target = parse_instruction(text)
@@ -80,17 +92,25 @@ class Variant:
     instruction: str | None = None  # a paraphrase, or None for the task's own instruction
     program_id: str | None = None
     swap: int | None = None  # the goal object exchanges places with its `swap`-th nearest movable object
+    # a new task in the same scene: the goal object's `retarget`-th nearest movable object (not the goal
+    # target) becomes the goal, the instruction names it (`retarget_instruction`), success is checked on it
+    retarget: int | None = None
 
     @property
     def perturbed(self) -> bool:
-        return bool(self.shifts) or self.instruction is not None or self.swap is not None
+        return (
+            bool(self.shifts)
+            or self.instruction is not None
+            or self.swap is not None
+            or self.retarget is not None
+        )
 
     def control(self) -> Variant:
         """The same initial state without the perturbation (the control of the validation test)."""
         return Variant(self.task, self.init_index)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "task": self.task,
             "init_index": self.init_index,
             "shifts": {k: list(v) for k, v in sorted(self.shifts.items())},
@@ -98,10 +118,13 @@ class Variant:
             "program_id": self.program_id,
             "swap": self.swap,
         }
+        if self.retarget is not None:  # only when set: the keys (hashes) of other variants are unchanged
+            out["retarget"] = self.retarget
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Variant:
-        swap = d.get("swap")
+        swap, retarget = d.get("swap"), d.get("retarget")
         return cls(
             int(d["task"]),
             int(d["init_index"]),
@@ -109,6 +132,7 @@ class Variant:
             d["instruction"],
             d["program_id"],
             None if swap is None else int(swap),
+            None if retarget is None else int(retarget),
         )
 
     def key(self) -> str:

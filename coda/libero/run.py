@@ -9,8 +9,8 @@ co-evolution loop (`coda.coevolve.loop.Loop` over `coda.sim.libero.domain.Libero
   rollout-grounded diagnoser, the paired control experiment, training programs, critic TD and AWR +
   imitation — with the profile's ``coevolve`` learning recipe and ``libero``'s own budget (rounds,
   environments and demonstrations per source task).
-* **Evaluation**: the standard, position (``_swap``) and instruction (``_lan``) suites before (SFT) and after
-  the rounds, with the critic's decision rule and with the policy alone.
+* **Evaluation**: the standard, position (``_swap``), new-task (``_task``) and paraphrase (``_lan``) suites
+  before (SFT) and after the rounds, with the critic's decision rule and with the policy alone.
 
 Layout of a run directory: ``sft/`` (policy, demos.npz, metrics.json with the planner's per-task success and
 the evaluation); a rounds directory is a co-evolution run directory (`coda.coevolve.state`) whose

@@ -18,7 +18,17 @@ from coda.report.tables import Table
 KIND_LABELS = {
     "standard": "Standard LIBERO",
     "position": "LIBERO-Pro position (`_swap`)",
-    "instruction": "LIBERO-Pro instruction (`_lan`)",
+    "new_task": "LIBERO-Pro instruction, new task (`_task`)",
+    "instruction": "LIBERO-Pro instruction, paraphrase (`_lan`)",
+}
+# The paper's column per row. Its instruction numbers (1 -> 76) sit on the `_task` row: a pretrained VLA that
+# reads little of its instruction keeps doing the original task, which fails a new task (LIBERO-Pro's own
+# finding) but passes a paraphrase; the paper does not say which instruction suite it used.
+PAPER = {
+    "standard": TABLE2["standard"],
+    "position": TABLE2["position"],
+    "new_task": TABLE2["instruction"],
+    "instruction": (None, None),
 }
 
 
@@ -45,11 +55,11 @@ def table2_libero_pro(runs_root: Path, out: Path) -> Table:
         before = (sft or {}).get("eval", {}).get(kind)
         after = (coda or {}).get("after", {}).get(kind)
         for when, entry, paper in (
-            ("before (SFT)", before, TABLE2[kind][0]),
+            ("before (SFT)", before, PAPER[kind][0]),
             (
                 f"after {rounds} rounds (CoDA)" if rounds is not None else "after rounds (CoDA)",
                 after,
-                TABLE2[kind][1],
+                PAPER[kind][1],
             ),
         ):
             ours, _ = _cell(entry)
@@ -66,7 +76,16 @@ def table2_libero_pro(runs_root: Path, out: Path) -> Table:
         "Evaluation: the last bundled initial states of every source task, never used for demonstrations or "
         "generation. ± is the binomial standard error over episodes of one seed.",
         "Paper column: the paper reports before/after for position (25 → 84), instruction (1 → 76) and "
-        "standard LIBERO (97.1 → 97.4).",
+        "standard LIBERO (97.1 → 97.4). We put its instruction numbers on the new-task row (`_task`: same "
+        "scene, the instruction and the goal name another object of it), the instruction shift that a "
+        "pretrained VLA reading little of its instruction fails; the paper does not name its instruction suite.",
+        "Paraphrase row (`_lan`, no paper counterpart): the same goal reworded. Our SFT policy reads the "
+        "instruction through a frozen sentence encoder and already handles LIBERO-Pro's paraphrases, so this "
+        "row measures retention, not a shift the policy starts out failing.",
+        "Starting points: the paper starts from a VLA pretrained on many layouts (25% under position "
+        "perturbations); ours is trained on the standard layouts of the source tasks only, where the goal object "
+        "always starts in the same region, so a swap that puts another object there starts near 0%. Our "
+        "before → after gains are therefore not comparable in size to the paper's.",
     ]
     if coda:
         t.notes.append(

@@ -11,8 +11,8 @@ control experiment and the same learning as on PyBullet, with LIBERO episodes un
 * **Diagnosis** is rollout-grounded (`coda.sim.libero.diagnose`); the compiler turns a diagnosis into a
   narrow generation program around the observed difficulty and a training program weighting the failed
   phase; the potential is the weighted share of subgoal phases reached (`PhasePotential`).
-* **Evaluation** (Table 2): the standard, position (``_swap``) and instruction (``_lan``) suites on the
-  evaluation states, with the critic's decision rule and with the policy alone.
+* **Evaluation** (Table 2): the standard, position (``_swap``), paraphrase (``_lan``) and new-task
+  (``_task``) suites on the evaluation states, with the critic's decision rule and with the policy alone.
 """
 
 from __future__ import annotations
@@ -27,7 +27,15 @@ import numpy as np
 from coda.engine.compile import CompileResult
 from coda.libero import programs as lp
 from coda.sim.libero.diagnose import LiberoDiagnoser, LiberoReference
-from coda.sim.libero.episodes import N_INIT, Episode, demo_from, evaluate, run_episodes, suite_objects
+from coda.sim.libero.episodes import (
+    N_INIT,
+    OOD_KINDS,
+    Episode,
+    demo_from,
+    evaluate,
+    run_episodes,
+    suite_objects,
+)
 
 
 def task_family(suite: str, task: int) -> str:
@@ -252,7 +260,7 @@ class LiberoDomain:
         alone = (
             evaluate(self.pool, self.cfg, policy, None, self.seed, "LIBERO policy alone") if final else None
         )
-        ood = [table[k]["mean"] for k in ("position", "instruction") if k in table]
+        ood = [table[k]["mean"] for k in OOD_KINDS if k in table]
         return {
             "id_success": table["standard"]["mean"],
             "ood_success": round(float(np.mean(ood)), 4) if ood else None,

@@ -9,6 +9,8 @@ are LIBERO's native 20 Hz OSC_POSE 7-vectors in [-1, 1] (xyz, axis-angle, grippe
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import io
 import logging
 import re
@@ -27,9 +29,11 @@ SUITES = (
     "libero_object",
     "libero_object_swap",
     "libero_object_lan",
+    "libero_object_task",
     "libero_spatial",
     "libero_spatial_swap",
     "libero_spatial_lan",
+    "libero_spatial_task",
 )
 SETTLE_STEPS = 10
 OBS_DIM = 25
@@ -100,7 +104,8 @@ class LiberoTask:
     suite: str
     task_id: int
     name: str
-    language: str  # original instruction built from the file name (not the perturbed one of `_lan` suites)
+    language: str  # instruction built from the file name: not the perturbed one of `_lan`/`_task` suites
+    # (`LiberoEnv.instruction` reads the BDDL's own); `goal` is always the BDDL's (the new object in `_task`)
     bddl_path: str
     goal: Goal
 
@@ -173,6 +178,7 @@ class LiberoEnv:
         from libero.libero.envs.env_wrapper import ControlEnv
 
         self.task = get_task(suite, task_id)
+        self._bddl_task = self.task
         self.seed = int(seed)
         self._init_states = init_states(suite, task_id)
         with contextlib.redirect_stdout(io.StringIO()):
@@ -187,6 +193,7 @@ class LiberoEnv:
                 ignore_done=True,
             )
             self._env.reset()
+        self._bddl_goal_state = copy.deepcopy(self._env.env.parsed_problem["goal_state"])
         self.last_reset_valid = True
         self.last_reset_problems: list[str] = []
         self._rest_cache: dict[int, dict[str, np.ndarray]] = {}
@@ -302,6 +309,21 @@ class LiberoEnv:
     def target_body(self) -> str:
         """The object/fixture owning the goal target (the basket for ``basket_1_contain_region``)."""
         return owning_body(self.task.goal.target, self._body_ids)
+
+    def retarget(self, obj: str | None) -> None:
+        """Make another movable object of the scene the goal object (a new task in the same scene: the goal
+        target stays, success is checked on `obj`); None restores the BDDL's own goal."""
+        if obj is None or obj == self._bddl_task.goal.obj:
+            self.task = self._bddl_task
+            self._env.env.parsed_problem["goal_state"] = copy.deepcopy(self._bddl_goal_state)
+            return
+        if obj not in self.object_names or obj == self.target_body():
+            raise KeyError(f"cannot make {obj!r} the goal object of {self.task.name}")
+        goal = self._bddl_task.goal
+        if len(self._bddl_goal_state) != 1:
+            raise ValueError(f"{self.task.name}: retargeting needs a single-predicate goal")
+        self.task = dataclasses.replace(self._bddl_task, goal=dataclasses.replace(goal, obj=obj))
+        self._env.env.parsed_problem["goal_state"] = [[goal.predicate.lower(), obj, goal.target]]
 
     @property
     def sim(self) -> Any:

@@ -1,13 +1,17 @@
 """LIBERO episodes: the observation over a suite's objects, the worker job that runs one episode (a policy,
 the critic-guided policy or the scripted planner, on a bundled initial state with a variant's perturbation),
-and the evaluation on the standard, position (``_swap``) and instruction (``_lan``) suites.
+and the evaluation on the standard, position (``_swap``) and instruction (``_lan``, ``_task``) suites.
 
 * **Observation** (`SuiteObservation`): end-effector pose and fingers, then one slot per object instance of
   the suite (present flag, position relative to the end effector). The goal object is *not* marked: the
   policy must read it from the instruction, so instruction perturbations matter.
-* **Evaluation**: the last ``eval_states`` bundled initial states of each task in the standard suite, its
-  ``_swap`` version (LIBERO-Pro's position perturbation) and its ``_lan`` version (instruction
-  perturbation, read from ``env.language_instruction``). Never used for training or generation.
+* **Evaluation**: the last ``eval_states`` bundled initial states of each task in the standard suite and in
+  three LIBERO-Pro versions of it: ``_swap`` (position: the goal object and one other object of the scene
+  trade their initial regions; instruction and goal unchanged), ``_lan`` (instruction paraphrase: same
+  scene, same goal, reworded instruction read from ``env.language_instruction``) and ``_task`` (new task:
+  same scene and layout, the instruction and the BDDL goal name *another* object of the scene, e.g. "pick
+  the cream cheese" in the alphabet-soup scene). ``_task`` is the instruction shift a policy that ignores
+  language fails; a paraphrase it passes. Never used for training or generation.
 """
 
 from __future__ import annotations
@@ -23,7 +27,10 @@ from coda.learn.awr import cached_actor
 from coda.learn.train import NoisyExpert
 from coda.libero import programs as lp
 
-KINDS = {"standard": "", "position": "_swap", "instruction": "_lan"}  # Table 2's columns -> suite suffix
+# Table 2's rows -> suite suffix. "instruction" is LIBERO-Pro's paraphrase suite (kept under its old key so
+# that earlier metrics read the same); "new_task" its task suite (another object of the scene is the goal).
+KINDS = {"standard": "", "position": "_swap", "instruction": "_lan", "new_task": "_task"}
+OOD_KINDS = ("position", "instruction", "new_task")
 N_INIT = 50  # bundled initial states per task
 PROPRIO = 9  # ee position (3), ee quaternion (4), finger joints (2)
 
@@ -115,9 +122,15 @@ def episode_job(job: dict[str, Any]) -> dict[str, Any]:
     if job["base_suite"] not in _OBS:
         _OBS[job["base_suite"]] = SuiteObservation(suite_objects(job["base_suite"]))
     observe = _OBS[job["base_suite"]]
+    env.retarget(None)  # environments are reused: start from the BDDL's own goal
     shifts = {_role_object(env, role): tuple(xy) for role, xy in variant.shifts.items()}
     if variant.swap is not None:
         shifts.update(swap_shifts(env, variant.init_index, variant.swap))
+    instruction = variant.instruction
+    if variant.retarget is not None:  # a new task: another object of the scene is the goal
+        new = neighbour(env, variant.init_index, variant.retarget)
+        instruction = lp.retarget_instruction(instruction or env.task.language, new)
+        env.retarget(new)
     expert = None
     if job["actor"] == "planner":
         from coda.sim.libero.planner import LiberoPlanner
@@ -128,15 +141,18 @@ def episode_job(job: dict[str, Any]) -> dict[str, Any]:
         actor = cached_actor(
             job["actor"], job["critic"], j=job["j"], temperature=job["temperature"], seed=job["seed"]
         )
-    rec = run_episode(
-        env,
-        variant.init_index,
-        actor,
-        shifts=shifts or None,
-        max_steps=job["max_steps"],
-        observe=observe,
-        instruction=variant.instruction,
-    )
+    try:
+        rec = run_episode(
+            env,
+            variant.init_index,
+            actor,
+            shifts=shifts or None,
+            max_steps=job["max_steps"],
+            observe=observe,
+            instruction=instruction,
+        )
+    finally:
+        env.retarget(None)
     out = {
         "success": bool(rec.success),
         "success_held": bool(rec.success_held),
@@ -154,20 +170,37 @@ def episode_job(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def swap_shifts(env, init_index: int, rank: int) -> dict[str, tuple[float, float]]:
-    """x/y shifts that make the goal object and its `rank`-th nearest movable object (not the goal target)
-    trade places, measured on the settled initial state."""
+def _neighbours(env, init_index: int) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The settled initial positions and the movable objects other than the goal object and the goal target,
+    nearest to the goal object first."""
     rest = env.reset(init_index)["objects"]
     goal = env.task.goal.obj
     others = sorted(
         (n for n in env.object_names if n not in (goal, env.target_body()) and n in rest),
         key=lambda n: float(np.linalg.norm(rest[n][:2] - rest[goal][:2])),
     )
+    return rest, others
+
+
+def swap_shifts(env, init_index: int, rank: int) -> dict[str, tuple[float, float]]:
+    """x/y shifts that make the goal object and its `rank`-th nearest movable object (not the goal target)
+    trade places, measured on the settled initial state."""
+    rest, others = _neighbours(env, init_index)
     if not others:
         return {}
+    goal = env.task.goal.obj
     other = others[rank % len(others)]
     dx, dy = (float(v) for v in rest[other][:2] - rest[goal][:2])
     return {goal: (dx, dy), other: (-dx, -dy)}
+
+
+def neighbour(env, init_index: int, rank: int) -> str:
+    """The goal object's `rank`-th nearest movable object (not the goal target) on the settled initial state:
+    the new goal object of a ``retarget`` variant."""
+    _, others = _neighbours(env, init_index)
+    if not others:
+        raise ValueError(f"{env.task.name}: no other movable object to retarget to")
+    return others[rank % len(others)]
 
 
 def _role_object(env, role: str) -> str:
@@ -264,7 +297,8 @@ def eval_states(cfg) -> list[int]:
 
 
 def evaluate(pool, cfg, policy_dir: Path, critic_dir: Path | None, seed: int, desc: str) -> dict[str, Any]:
-    """Success on the evaluation states of every source task in the standard, position and instruction suites."""
+    """Success on the evaluation states of every source task in the standard suite and its `_swap`, `_lan` and
+    `_task` versions (`KINDS`)."""
     c = cfg.libero
     episodes, keys = [], []
     for kind in KINDS:
