@@ -145,7 +145,8 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="N",
         help="N generated environments and up to N planner demonstrations per family per round "
-        "(sets coevolve.envs_per_family and demos_per_family; the budget curve)",
+        "(sets coevolve.envs_per_family and demos_per_family; evaluated only after the last round: "
+        "the budget curve)",
     )
     run.add_argument(
         "--extend",

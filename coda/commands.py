@@ -164,13 +164,11 @@ def run_method_command(cfg, args) -> dict:
         )
     if args.method is None:
         raise UserError("--method or --variant is required")
-    if args.budget is not None:
-        cfg = dataclasses.replace(
-            cfg,
-            coevolve=dataclasses.replace(
-                cfg.coevolve, envs_per_family=args.budget, demos_per_family=args.budget
-            ),
+    if args.budget is not None:  # a budget-curve point: only its final evaluation is read, so no curve
+        c = dataclasses.replace(
+            cfg.coevolve, envs_per_family=args.budget, demos_per_family=args.budget, curve_seeds=()
         )
+        cfg = dataclasses.replace(cfg, coevolve=c)
     if args.extend is not None:
         src, out = Path(args.extend), Path(args.out)
         if not (src / "metrics.json").exists():
