@@ -4,11 +4,14 @@ perturbation."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
+from coda.libero import programs as lp
 from coda.sim.libero.diagnose import PROPRIO, LiberoDiagnoser, LiberoReference, initial_positions
 
-OBJECTS = ("basket_1", "ketchup_1", "milk_1")
+OBJECTS = ("basket_1", "butter_1", "ketchup_1", "milk_1")
 PHASES = ("reached", "grasped", "lifted", "above_target", "placed")
 TRAIN = "pick up the milk and place it in the basket"
 EE = np.array([0.0, 0.0, 1.0])
@@ -66,6 +69,30 @@ def test_an_unfamiliar_instruction_and_an_unchanged_scene():
     assert DIAG.diagnose(0, obs0({**HOME, "milk_1": (0.11, -0.1)}), TRAIN, 0, reference()) is None
 
 
+def test_a_new_task_instruction_is_a_retarget_and_a_paraphrase_is_not():
+    """LIBERO-Pro `_task` wording (another object of the scene is named) -> role retarget with the named
+    object's rank among the goal's nearest movable objects at reset; `_lan`-style wording -> a paraphrase."""
+    scene = {**HOME, "butter_1": (0.35, -0.1)}  # ketchup 0.2 m from the milk, butter 0.25 m
+    ref = reference()
+    for text, other, rank in (
+        ("Pick the ketchup and place it in the basket", "ketchup_1", 0),
+        ("pick the butter and place it in the basket", "butter_1", 1),
+    ):
+        d = DIAG.diagnose(0, obs0(scene), text, 1, ref)
+        assert d["factor"] == "instruction" and d["role"] == "retarget" and d["phase"] == "grasped"
+        assert (d["object"], d["rank"], d["instruction"]) == (other, rank, text)
+        gen, _ = lp.compile_diagnosis({"family": "libero_object_task0", **d}, 0)
+        assert gen["retarget"] == {"ranks": [rank]} and lp.validate_generation(gen) == gen
+    for text in ("grab milk and put it into basket", lp.paraphrase(TRAIN, 3)):
+        d = DIAG.diagnose(0, obs0(scene), text, 0, ref)
+        assert d["factor"] == "instruction" and "role" not in d
+        gen, _ = lp.compile_diagnosis({"family": "libero_object_task0", **d}, 0)
+        assert "paraphrase" in gen and "retarget" not in gen
+    # an object that is not in the scene is not a new task of this scene
+    absent = DIAG.diagnose(0, obs0(HOME), "pick the butter and place it in the basket", 0, ref)
+    assert "role" not in absent
+
+
 def test_the_reference_round_trips():
     ref = reference()
     back = LiberoReference.from_dict(ref.to_dict())
@@ -105,3 +132,15 @@ def test_the_domain_diagnoses_from_the_rollout_alone():
     assert not hasattr(rollout, "meta")
     d = domain.diagnose(rollout, _Untouchable(scene='{"shifts": {"object": [0.06, 0.05]}}'))
     assert d["family"] == "libero_object_task0" and d["role"] == "object" and d["phase"] == "reached"
+    record = {**record, "obs": np.stack([obs0(HOME)] * (steps + 1)).tolist()}
+    record["instruction"] = "pick the ketchup and place it in the basket"
+    told = LiberoRollout.of(
+        {"record": record, "success": False, "phase_reached": 0}, "libero_object_task0", "h"
+    )
+    d = domain.diagnose(told, _Untouchable(scene='{"retarget": 0}'))
+    assert d["factor"] == "instruction" and d["role"] == "retarget" and d["rank"] == 0
+    program = domain.compile(d, '{"retarget": 0}').generation
+    assert program["retarget"] == {"ranks": [0]}
+    scene = json.dumps(lp.Variant(0, 12, retarget=0).to_dict())
+    assert domain.exhibits(program, scene)
+    assert not domain.exhibits(program, json.dumps(lp.Variant(0, 12, swap=0).to_dict()))

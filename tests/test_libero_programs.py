@@ -46,6 +46,70 @@ def test_malformed_generation_programs_name_the_field(change, field):
     assert str(err.value).startswith(field), str(err.value)
 
 
+def retarget(**over):
+    doc = {"kind": "generation", "family": "libero_object", "task": 0, "perturbs": "instruction"}
+    doc.update({"retarget": {"ranks": [3, 1, 3]}}, **over)
+    return doc
+
+
+def test_a_retarget_program_validates_like_a_swap():
+    doc = lp.validate_generation(retarget())
+    assert doc["retarget"] == {"ranks": [1, 3]} and doc["id"].startswith("gp-")
+    assert lp.validate_generation({**retarget(), "id": doc["id"]}) == doc
+    assert lp.validate_generation(retarget(retarget={"ranks": [lp.MAX_RETARGET_RANK]}))
+    # programs written before retargeting keep their canonical form and content id
+    old = {"kind": "generation", "family": "libero_object", "task": 3}
+    assert lp.validate_generation(position())["id"] == "gp-2005d445ba9f"
+    assert lp.validate_generation({**old, "perturbs": "position", "swap": {"ranks": [2, 0]}})["id"] == (
+        "gp-5dc49d18e52a"
+    )
+    para = {**old, "perturbs": "instruction", "paraphrase": {"templates": [4, 1]}}
+    assert lp.validate_generation(para)["id"] == "gp-bbf3e7ff7147"
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"retarget": {"ranks": [lp.MAX_RETARGET_RANK + 1]}}, "retarget.ranks[0]"),
+        ({"retarget": {"ranks": [True]}}, "retarget.ranks[0]"),
+        ({"retarget": {"ranks": []}}, "retarget.ranks"),
+        ({"retarget": {"ranks": "near"}}, "retarget.ranks"),
+        ({"retarget": {"ranks": [0], "object": "milk_1"}}, "retarget.object"),
+        ({"retarget": {}}, "retarget.ranks"),
+        ({"retarget": [0]}, "retarget"),
+        ({"paraphrase": {"templates": [1]}}, "paraphrase"),  # both paraphrase and retarget
+        ({"swap": {"ranks": [0]}}, "swap"),
+        ({"perturbs": "position", "shift": {"role": "object", "dx": [0, 0], "dy": [0, 0]}}, "retarget"),
+    ],
+)
+def test_malformed_retarget_programs_name_the_field(change, field):
+    with pytest.raises(ProgramError) as err:
+        lp.validate_generation(retarget(**change))
+    assert str(err.value).startswith(field), str(err.value)
+
+
+def test_a_retarget_program_instantiates_a_retargeted_variant():
+    doc = lp.validate_generation(retarget())
+    rng = np.random.default_rng(0)
+    variants = [lp.instantiate(doc, rng, OBJECT, 12) for _ in range(20)]
+    assert {v.retarget for v in variants} == {1, 3}
+    for v in variants:
+        assert v.perturbed and v.swap is None and not v.shifts and v.init_index == 12
+        assert v.program_id == doc["id"]
+        assert v.instruction is None  # the episode names the new goal object (`retarget_instruction`)
+        assert lp.Variant.from_dict(v.to_dict()) == v
+    assert lp.retarget_instruction(OBJECT, "cream_cheese_1") == (
+        "pick the cream cheese and place it in the basket"
+    )
+
+
+def test_named_object_reads_the_object_phrase():
+    names = ("alphabet_soup_1", "basket_1", "cream_cheese_1")
+    assert lp.named_object("Pick the cream cheese and place it in the basket", names) == "cream_cheese_1"
+    assert lp.named_object("grab alphabet soup and put it into basket", names) == "alphabet_soup_1"
+    assert lp.named_object("open the drawer", names) is None
+
+
 def test_training_program_checks_phase_weights():
     doc = {"kind": "training", "family": "libero_object", "task": 0, "phase_weights": [1, 1, 3, 1]}
     with pytest.raises(ProgramError, match="^phase_weights"):
@@ -82,6 +146,7 @@ def test_random_programs_validate_and_vary():
     rng = np.random.default_rng(1)
     docs = [lp.random_program(rng, "libero_object", 2) for _ in range(20)]
     assert {d["perturbs"] for d in docs} == {"position", "instruction"}
+    assert {"swap", "shift", "paraphrase", "retarget"} <= {k for d in docs for k in d}
     assert len({d["id"] for d in docs}) >= 15  # instruction programs come from a finite set of templates
 
 
@@ -105,6 +170,12 @@ def test_memory_stores_libero_programs(tmp_path):
     assert para["paraphrase"] == {"templates": [2], "drop_articles": True}
     swap = lp.compile_diagnosis({**told, "factor": "position", "role": "swap", "rank": 2}, 1)[0]
     assert swap["swap"] == {"ranks": [2]}
+    task = {**told, "role": "retarget", "object": "milk_1", "rank": 4}
+    retargeted = lp.compile_diagnosis({**task, "instruction": "pick the milk and place it in the basket"}, 1)[
+        0
+    ]
+    assert retargeted["retarget"] == {"ranks": [4]} and "paraphrase" not in retargeted
+    assert validate_program(retargeted) == retargeted and mem.add_program(retargeted) == retargeted["id"]
     nothing, train = lp.compile_diagnosis({**told, "factor": "position"}, 1)
     assert nothing is None and train["phase_weights"][0] == 3.0
 

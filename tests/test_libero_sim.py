@@ -112,17 +112,32 @@ def test_retarget_makes_another_object_the_goal_and_restores(env):
 
 
 @pytest.mark.slow
-def test_planner_solves_a_retargeted_variant():
+def test_planner_solves_a_retargeted_program_and_its_demo_names_the_new_object():
+    """A retarget program (rank 3 in task 0: the cream cheese, LIBERO-Pro `_task` 0's goal) instantiated,
+    certified by the planner; its demonstration carries the retargeted instruction, and the diagnoser,
+    reading only that rollout's first observation and instruction, recovers the same rank."""
     from coda.libero import programs as lp
     from coda.sim.libero import episodes as le
+    from coda.sim.libero.diagnose import LiberoDiagnoser, LiberoReference
 
-    v = lp.Variant(0, 0, retarget=0)
-    job = le.Episode("libero_object", v, "planner", "libero_object", max_steps=300).job()
+    program = lp.validate_generation(
+        {"family": "libero_object", "task": 0, "perturbs": "instruction", "retarget": {"ranks": [3]}}
+    )
+    v = lp.instantiate(program, np.random.default_rng(0), lib.get_task("libero_object", 0).language, 0)
+    job = le.Episode("libero_object", v, "planner", "libero_object", max_steps=300, record=True).job()
     out = le.episode_job(job)
     env = le._env("libero_object", 0)
-    new = le.neighbour(env, 0, 0)
-    assert new != "alphabet_soup_1" and out["instruction"] == lp.retarget_instruction(env.task.language, new)
+    new = le.neighbour(env, 0, 3)
+    assert new == "cream_cheese_1" and out["instruction"] == lp.retarget_instruction(env.task.language, new)
     assert out["success"], out
+    demo = le.demo_from(out)
+    assert demo["instruction"] == "pick the cream cheese and place it in the basket"
+    objects = le.suite_objects("libero_object")
+    reference = LiberoReference()
+    reference.add(0, env.task.language, demo["obs"][0], objects)
+    diagnoser = LiberoDiagnoser(objects, {0: ("alphabet_soup_1", "basket_1")}, tuple(lib.PHASES))
+    d = diagnoser.diagnose(0, demo["obs"][0], demo["instruction"], 0, reference)
+    assert (d["factor"], d["role"], d["object"], d["rank"]) == ("instruction", "retarget", new, 3)
     assert (
         env.task.goal.obj == "alphabet_soup_1"
     )  # the next job on this environment starts from the BDDL goal

@@ -1,7 +1,8 @@
 """The interpreter of LIBERO programs: a generation program drawn as a `Variant` of one source task.
 
 The programs' schema (``perturbs``: an object/target ``shift`` or a ``swap`` with the rank-th nearest movable
-object; an instruction ``paraphrase`` with one of ``TEMPLATES``), validation and training programs are in
+object; an instruction ``paraphrase`` with one of ``TEMPLATES`` or a ``retarget`` to the rank-th nearest
+movable object, a new task in the same scene), validation and training programs are in
 `coda.memory.libero_programs`, re-exported here. `instantiate` draws a variant of a program on a source
 task's initial state; `random_program` makes a novel one (exploration); `compile_diagnosis` is the template
 compiler (it reads a diagnosis, never a variant). The LIBERO-Pro evaluation suites (``*_swap``, ``*_lan``) are never read to build a variant.
@@ -28,6 +29,7 @@ import numpy as np
 from coda.memory.libero_programs import (  # noqa: F401  (the schema: re-exported API)
     GENERATION_KEYS,
     MAX_RANK,
+    MAX_RETARGET_RANK,
     PERTURBS,
     PHASES,
     ROLES,
@@ -42,6 +44,7 @@ from coda.memory.libero_programs import (  # noqa: F401  (the schema: re-exporte
     validate_training,
 )
 from coda.memory.program_fields import ProgramError
+from coda.sim.libero.diagnose import named_object, object_phrase  # noqa: F401  (re-exported API)
 
 _REL = {"in": ("in", "into", "inside"), "on": ("on", "onto", "on top of")}
 _PARSE = re.compile(
@@ -57,11 +60,6 @@ def parse_instruction(text: str) -> tuple[str, str, str]:
         raise ProgramError("instruction", f"not a pick-and-place instruction: {text!r}")
     rel = "in" if m["rel"] in ("in", "into") else "on"
     return m["obj"], rel, m["target"]
-
-
-def object_phrase(name: str) -> str:
-    """The instruction phrase of a BDDL object instance: 'cream_cheese_1' -> 'cream cheese'."""
-    return re.sub(r"_\d+$", "", name).replace("_", " ")
 
 
 def retarget_instruction(text: str, obj: str) -> str:
@@ -147,6 +145,9 @@ def instantiate(
     if doc["perturbs"] == "position" and "swap" in doc:
         rank = int(rng.choice(doc["swap"]["ranks"]))
         return Variant(doc["task"], init_index, {}, None, doc["id"], rank)
+    if "retarget" in doc:  # the new goal object and its instruction are settled by the episode
+        rank = int(rng.choice(doc["retarget"]["ranks"]))
+        return Variant(doc["task"], init_index, {}, None, doc["id"], retarget=rank)
     if doc["perturbs"] == "position":
         s = doc["shift"]
         offset = [round(float(rng.uniform(*s["dx"])), 4), round(float(rng.uniform(*s["dy"])), 4)]
@@ -158,12 +159,12 @@ def instantiate(
 
 
 def random_program(rng: np.random.Generator, family: str, task: int) -> dict[str, Any]:
-    """A novel program (exploration): a random swap, a random shift region or a random pair of paraphrase
-    templates, each a third of the time."""
+    """A novel program (exploration): a random swap, a random shift region, a random pair of paraphrase
+    templates or a retarget to a random pair of neighbour ranks, each a quarter of the time."""
     u = rng.random()
-    if u < 1 / 3:
+    if u < 1 / 4:
         doc = {"perturbs": "position", "swap": {"ranks": [int(rng.integers(MAX_RANK + 1))]}}
-    elif u < 2 / 3:
+    elif u < 1 / 2:
         role = str(rng.choice(ROLES))
         cx, cy = rng.uniform(-SHIFT_MAX * 0.8, SHIFT_MAX * 0.8, size=2)
         w = 0.02
@@ -171,6 +172,9 @@ def random_program(rng: np.random.Generator, family: str, task: int) -> dict[str
             "perturbs": "position",
             "shift": {"role": role, "dx": [cx - w, cx + w], "dy": [cy - w, cy + w]},
         }
+    elif u < 3 / 4:
+        ranks = sorted(int(k) for k in rng.choice(MAX_RETARGET_RANK + 1, size=2, replace=False))
+        doc = {"perturbs": "instruction", "retarget": {"ranks": ranks}}
     else:
         templates = sorted(int(t) for t in rng.choice(len(TEMPLATES), size=2, replace=False))
         doc = {
@@ -187,14 +191,17 @@ def compile_diagnosis(
 ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """The template compiler: from a rollout-grounded diagnosis (`coda.sim.libero.diagnose`), a generation
     program that recreates the observed difficulty — a narrow region around the observed offset of the goal
-    object or the target, the swap with the observed neighbour's rank, or the paraphrase templates the given
-    instruction matches — (None when the diagnosis names none of these) and a training program weighting the
+    object or the target, the swap with the observed neighbour's rank, the retarget to the rank of the object
+    the instruction named, or the paraphrase templates the given instruction matches — (None when the
+    diagnosis names none of these) and a training program weighting the
     failed phase. Raises `ProgramError` (naming the field) when the recreated program is malformed."""
     header = {"family": diagnosis["family"], "task": task, "source": "template"}
     if diagnosis.get("mode_id"):
         header["mode"] = diagnosis["mode_id"]
     gen: dict[str, Any] | None = None
-    if diagnosis["factor"] == "instruction":
+    if diagnosis["factor"] == "instruction" and diagnosis.get("role") == "retarget":
+        gen = {"perturbs": "instruction", "retarget": {"ranks": [int(diagnosis["rank"])]}}
+    elif diagnosis["factor"] == "instruction":
         text = diagnosis.get("instruction", "")
         templates = [t for t in range(len(TEMPLATES)) if matches_template(text, t)] or [1]
         drop = " the " not in f" {text} "

@@ -8,9 +8,11 @@ perturbs, within our own generator space:
   drawn from ``"dx"``/``"dy"`` intervals (``"shift"``; metres, clamped to ±``SHIFT_MAX``), or makes the goal
   object exchange places with another movable object of the scene, the ``rank``-th nearest one
   (``"swap": {"ranks": [...]}``, ranks 0..``MAX_RANK``);
-* ``"perturbs": "instruction"`` rewrites the instruction with one of our paraphrase templates
-  (``TEMPLATES``, written offline for this project; an optional article drop), keeping the object and
-  target phrases of the original instruction.
+* ``"perturbs": "instruction"`` either rewrites the instruction with one of our paraphrase templates
+  (``"paraphrase"``: ``TEMPLATES``, written offline for this project; an optional article drop), keeping the
+  object and target phrases of the original instruction, or retargets it (``"retarget": {"ranks": [...]}``,
+  ranks 0..``MAX_RETARGET_RANK``): a new task in the same scene, whose goal object and instruction name
+  the goal's ``rank``-th nearest movable object instead (the ordering of ``swap``; LIBERO-Pro ``_task``).
 
 A training program holds the per-phase weights of the shaping potential (subgoals) and the
 planner-demonstration tool. Errors are `ProgramError`s naming the field.
@@ -34,6 +36,7 @@ from coda.memory.program_fields import ProgramError, by_kind, content_id
 
 __all__ = [
     "GENERATION_KEYS",
+    "MAX_RETARGET_RANK",
     "PHASES",
     "TEMPLATES",
     "TRAINING_KEYS",
@@ -63,8 +66,11 @@ TEMPLATES = (
     "transfer the {obj} {rel} the {target}",
 )
 _HEADER_KEYS = ("kind", "version", "id", "family", "mode", "source", "task")
-GENERATION_KEYS = _HEADER_KEYS + ("perturbs", "shift", "swap", "paraphrase")
+GENERATION_KEYS = _HEADER_KEYS + ("perturbs", "shift", "swap", "paraphrase", "retarget")
 MAX_RANK = 3
+# every other movable object of a libero_object scene (5 besides the goal and the basket): LIBERO-Pro's
+# `_task` goals are ranks 0..4 of the source goal's neighbours
+MAX_RETARGET_RANK = 4
 TRAINING_KEYS = _HEADER_KEYS + ("phase_weights", "planner_demos")
 
 
@@ -105,6 +111,14 @@ def _interval(path: str, value: Any) -> list[float]:
     if lo > hi:
         raise ProgramError(path, f"low {lo} > high {hi}")
     return [round(lo, 4), round(hi, 4)]
+
+
+def _ranks(path: str, value: Any, hi: int) -> dict[str, list[int]]:
+    """The canonical ``{"ranks": [...]}`` of a swap or retarget (sorted, unique, each in 0..`hi`)."""
+    ranks = _keys(path, value, ("ranks",), ("ranks",))["ranks"]
+    if not isinstance(ranks, list) or not ranks:
+        raise ProgramError(f"{path}.ranks", f"expected a non-empty list of ranks, got {ranks!r}")
+    return {"ranks": sorted({_int(f"{path}.ranks[{i}]", k, 0, hi) for i, k in enumerate(ranks)})}
 
 
 def _header(doc: Any, kind: str, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict[str, Any]:
@@ -148,18 +162,13 @@ def validate_generation(doc: Any) -> dict[str, Any]:
         raise ProgramError("perturbs", f"expected one of {', '.join(PERTURBS)}, got {perturbs!r}")
     out["perturbs"] = perturbs
     if perturbs == "position":
-        if "paraphrase" in doc:
-            raise ProgramError("paraphrase", "a position program has no paraphrase")
+        for key in ("paraphrase", "retarget"):
+            if key in doc:
+                raise ProgramError(key, f"a position program has no {key}")
         if ("shift" in doc) == ("swap" in doc):
             raise ProgramError("shift", "a position program has exactly one of shift and swap")
         if "swap" in doc:
-            swap = _keys("swap", doc["swap"], ("ranks",), ("ranks",))
-            ranks = swap["ranks"]
-            if not isinstance(ranks, list) or not ranks:
-                raise ProgramError("swap.ranks", f"expected a non-empty list of ranks, got {ranks!r}")
-            out["swap"] = {
-                "ranks": sorted({_int(f"swap.ranks[{i}]", k, 0, MAX_RANK) for i, k in enumerate(ranks)})
-            }
+            out["swap"] = _ranks("swap", doc["swap"], MAX_RANK)
             return _with_id(out, doc.get("id"))
         shift = _keys("shift", doc.get("shift"), ("role", "dx", "dy"), ("role", "dx", "dy"))
         if shift["role"] not in ROLES:
@@ -173,6 +182,13 @@ def validate_generation(doc: Any) -> dict[str, Any]:
         for key in ("shift", "swap"):
             if key in doc:
                 raise ProgramError(key, f"an instruction program has no {key}")
+        if ("paraphrase" in doc) == ("retarget" in doc):
+            raise ProgramError(
+                "paraphrase", "an instruction program has exactly one of paraphrase and retarget"
+            )
+        if "retarget" in doc:
+            out["retarget"] = _ranks("retarget", doc["retarget"], MAX_RETARGET_RANK)
+            return _with_id(out, doc.get("id"))
         para = _keys("paraphrase", doc.get("paraphrase"), ("templates", "drop_articles"), ("templates",))
         templates = para["templates"]
         if not isinstance(templates, list) or not templates or len(templates) > len(TEMPLATES):

@@ -3,10 +3,12 @@
 It reads what a rollout shows — the observation at reset (every object's position), the instruction the
 policy was given and the phases it reached — and compares it with the training reference: the initial
 object positions and the instructions of the planner demonstrations the policy was trained on, per source
-task. It never reads the variant's perturbation (its shifts, swap, paraphrase or program): those are what
+task. It never reads the variant's perturbation (its shifts, swap, paraphrase, retarget or program): those are what
 the control experiment must confirm.
 
-* the given instruction is not one the task was trained with → factor ``instruction``;
+* the given instruction is not one the task was trained with → factor ``instruction``: role ``retarget``
+  (with the named object and its rank among the goal's nearest movable objects at reset) when its object
+  phrase names another object of the scene (a new task, LIBERO-Pro ``_task``), otherwise a paraphrase;
 * the goal object sits where training put another object, and that object where the goal was → factor
   ``position``, role ``swap`` (with the neighbour's rank);
 * otherwise the goal object or the target moved beyond ``threshold`` from every training position →
@@ -18,6 +20,8 @@ The failed phase is the first subgoal phase (`coda.sim.libero.PHASES`) the rollo
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +40,20 @@ def initial_positions(obs0: np.ndarray, objects: tuple[str, ...]) -> dict[str, n
         if obs0[k] > 0.5:
             out[name] = (obs0[k + 1 : k + 4] + ee)[:2]
     return out
+
+
+def object_phrase(name: str) -> str:
+    """The instruction phrase of a BDDL object instance: 'cream_cheese_1' -> 'cream cheese'."""
+    return re.sub(r"_\d+$", "", name).replace("_", " ")
+
+
+def named_object(text: str, names: Iterable[str]) -> str | None:
+    """The object of `names` (BDDL instances) an instruction names first — its object phrase in a
+    pick-and-place instruction — matched on whole words, case-insensitively; None when it names none."""
+    low = f" {re.sub(r'[^a-z0-9]+', ' ', text.lower())} "
+    found = [(low.find(f" {object_phrase(n)} "), n) for n in names]
+    found = [(i, n) for i, n in found if i >= 0]
+    return min(found)[1] if found else None
 
 
 @dataclass
@@ -97,15 +115,28 @@ class LiberoDiagnoser:
         instruction it was given and the number of phases it reached; None when nothing differs."""
         phase = self.phases[min(int(phase_reached), len(self.phases) - 1)]
         base = {"variant": "default", "phase": phase, "confidence": 1.0, "evidence_steps": [0]}
+        goal, target = self.roles[task]
+        now = initial_positions(obs0, self.objects)
         if instruction not in reference.instructions.get(task, []):
+            retarget = self._retarget(instruction, goal, target, now)
+            if retarget is not None:
+                other, rank = retarget
+                return {
+                    **base,
+                    "factor": "instruction",
+                    "role": "retarget",
+                    "object": other,
+                    "rank": rank,
+                    "cause": f"fails to complete '{phase}' when told to pick {other} instead of {goal}: "
+                    f"{instruction}",
+                    "instruction": instruction,
+                }
             return {
                 **base,
                 "factor": "instruction",
                 "cause": f"fails to complete '{phase}' when told an unfamiliar instruction: {instruction}",
                 "instruction": instruction,
             }
-        goal, target = self.roles[task]
-        now = initial_positions(obs0, self.objects)
         distance = {n: reference.distance(task, n, xy) for n, xy in now.items()}
         moved = {n for n, d in distance.items() if d > self.threshold}
         swap = self._swap(task, goal, target, now, moved, reference)
@@ -131,6 +162,20 @@ class LiberoDiagnoser:
                     "where training put it",
                 }
         return None
+
+    @staticmethod
+    def _retarget(instruction, goal, target, now) -> tuple[str, int] | None:
+        """(the other object of the scene the instruction names as its object, that object's rank among the
+        goal's nearest movable objects at reset, `coda.sim.libero.episodes.neighbour`'s ordering) — None when
+        the instruction names the goal object first, or no object of the scene."""
+        named = named_object(instruction, [n for n in now if n != target])
+        if named is None or named == goal or goal not in now:
+            return None
+        others = sorted(
+            (n for n in now if n not in (goal, target)),
+            key=lambda n: float(np.linalg.norm(now[n] - now[goal])),
+        )
+        return named, others.index(named)
 
     def _swap(self, task, goal, target, now, moved, reference) -> tuple[str, int] | None:
         """(the object the goal traded places with, its rank among the goal's nearest movable objects in

@@ -4,10 +4,11 @@ control experiment and the same learning as on PyBullet, with LIBERO episodes un
 * **Families** are the source tasks (``libero_object_task3``): a task's bundled initial states between the
   SFT demonstration states and the evaluation states are its base environments.
 * **Environments** are `coda.libero.programs.Variant`s (JSON): a base state, or a generation program
-  (a position shift of the goal object or the target, a swap with a neighbour, an instruction paraphrase)
-  instantiated on one. Novel environments come from random programs. The scripted planner certifies each
-  one (and its episode is the planner demonstration); a shift that leaves an object off the table or inside
-  another is rejected.
+  (a position shift of the goal object or the target, a swap with a neighbour, an instruction paraphrase,
+  or a retarget: a neighbour becomes the goal object and the instruction names it) instantiated on one.
+  Novel environments come from random programs. The scripted planner certifies each one (and its episode,
+  with the instruction the episode was given, is the planner demonstration: a retargeted one teaches
+  instruction -> object); a shift that leaves an object off the table or inside another is rejected.
 * **Diagnosis** is rollout-grounded (`coda.sim.libero.diagnose`); the compiler turns a diagnosis into a
   narrow generation program around the observed difficulty and a training program weighting the failed
   phase; the potential is the weighted share of subgoal phases reached (`PhasePotential`).
@@ -303,12 +304,13 @@ class LiberoDomain:
 
     def exhibits(self, program: dict[str, Any], scene: str) -> bool:
         """Whether a variant shows the program's difficulty: its shift within the program's region (10%
-        margin), its swap among the ranks, or its instruction from one of the templates."""
+        margin), its swap or its retarget among the ranks, or its instruction from one of the templates."""
         v = lp.Variant.from_dict(json.loads(scene))
         if program.get("task") != v.task:
             return False
-        if "swap" in program:
-            return v.swap in program["swap"]["ranks"]
+        for key in ("swap", "retarget"):
+            if key in program:
+                return getattr(v, key) in program[key]["ranks"]
         if "shift" in program:
             s = program["shift"]
             xy = v.shifts.get(s["role"])
