@@ -120,12 +120,13 @@ def test_smoke_repro_writes_every_table_and_figure(smoke_repo):
         assert row["ours (mean ± s.e., n)"].endswith("(n=1)"), row
     assert table1["CoDA"]["paper"] == "27.6"
     assert "table1_main.md" in (figures / "README.md").read_text()
-    if _libero():  # Table 2: before/after rows for the three LIBERO suites, each from a real evaluation
+    if _libero():  # Table 2: before/after rows for the four LIBERO suites, each from a real evaluation
         with (figures / "table2_libero_pro.csv").open() as fh:
             table2 = list(csv.DictReader(fh))
-        assert len(table2) == 9 and all("(n=" in r[OURS] for r in table2), table2
+        assert len(table2) == 12 and all("(n=" in r[OURS] for r in table2), table2
         papers = [r["paper"] for r in table2]
-        assert papers == ["97.1", "97.4", "—", "25.0", "84.0", "—", "1.0", "76.0", "—"], papers
+        # standard, position (_swap), new task (_task: the paper's instruction numbers), paraphrase (_lan)
+        assert papers == ["97.1", "97.4", "—", "25.0", "84.0", "—", "1.0", "76.0", "—", "—", "—", "—"], papers
     # the per-round metrics DVC reads
     results = json.loads((repo / "metrics" / "results.json").read_text())
     assert results["profile"] == "smoke" and set(results["table1"]) == set(
