@@ -11,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from coda.report import inputs
 from coda.report.ablations import (
     learning_speed,
     table3_critic_sensitivity,
@@ -89,13 +90,24 @@ def build(
     """Build one artifact (a table returns its `Table`, a figure its paths)."""
     if name not in BUILDERS:
         raise KeyError(f"unknown artifact {name!r}; known: {', '.join(BUILDERS)}")
+    inputs.check(
+        name, runs_dir, figures_dir, data_dir
+    )  # never overwrites a committed result with placeholders
     runs = Runs.load(runs_dir)
     kwargs = {"data_dir": data_dir} if name in DATA_BUILDERS else {}
     return BUILDERS[name](runs, Path(figures_dir), **kwargs)
 
 
 def build_section(section: str, runs_dir="runs", figures_dir="figures", data_dir="data") -> dict[str, Any]:
-    return {name: build(name, runs_dir, figures_dir, data_dir) for name in SECTIONS[section]}
+    """Build a notebook section's artifacts. One whose inputs are missing is left as it is in the committed
+    figures/ (the notebook prints one line naming them; see `coda.report.inputs`)."""
+    built = {}
+    for name in SECTIONS[section]:
+        try:
+            built[name] = build(name, runs_dir, figures_dir, data_dir)
+        except inputs.MissingInputs as missing:
+            print(missing)
+    return built
 
 
 def main(args: argparse.Namespace) -> int:
@@ -104,7 +116,12 @@ def main(args: argparse.Namespace) -> int:
         if args.what == "all"
         else SECTIONS.get(args.what, [args.what])
     )
+    data = getattr(args, "data", "data")
+    if len(names) > 1:  # `all` or a section: check everything before writing anything
+        gone = [name for name in names if inputs.missing(name, args.runs, data)]
+        if gone and inputs.protected(args.figures):
+            inputs.check(gone[0], args.runs, args.figures, data)
     for name in names:
-        build(name, args.runs, args.figures, getattr(args, "data", "data"))
+        build(name, args.runs, args.figures, data)
         print(name)
     return 0

@@ -18,6 +18,15 @@ def setup() -> Path:
     raise FileNotFoundError(f"no params.yaml + dvc.yaml above {here}: open the notebook inside the project")
 
 
+def require(*paths: str | Path, hint: str = "run `dvc repro` or `dvc pull`") -> bool:
+    """True when every path exists; else print one line naming the missing ones and return False (a notebook
+    cell then skips its work instead of failing or writing placeholders)."""
+    gone = [str(p) for p in paths if not Path(p).exists()]
+    if gone:
+        print(f"missing {', '.join(gone)} ({hint}); skipped")
+    return not gone
+
+
 def show(name: str, figures: str | Path = "figures") -> None:
     """Display figures/<name>.md (a table) or figures/<name>.png (a figure)."""
     from IPython.display import Image, Markdown, display
