@@ -168,9 +168,10 @@ def _parser() -> argparse.ArgumentParser:
     add_prune_command(sub)
     add_compare_command(sub)
 
-    from coda.report.cli import add_report_commands
+    from coda.report.cli import add_render_command, add_report_commands
 
     add_report_commands(sub)
+    add_render_command(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (print JSON)")
     bench.add_argument("what", choices=["sim"])
@@ -290,6 +291,10 @@ def run(argv: list[str] | None = None) -> int:
         from coda.report.cli import run_report_command
 
         return run_report_command(args)
+    elif args.cmd == "render":
+        from coda.report.cli import run_render_command
+
+        return run_render_command(args)
     elif args.cmd == "libero":
         from coda.libero.cli import run_libero_command
 
