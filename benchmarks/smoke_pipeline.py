@@ -79,7 +79,8 @@ def prepare(repo: Path, *, libero: bool) -> Path:
         for name in LIBERO_STAGES:
             del stages["stages"][name]
         stages["stages"]["figures_index"]["deps"].remove("figures/table2_libero_pro.md")
-        stages["metrics"] = [m for m in stages["metrics"] if "libero" not in m]
+        if "metrics" in stages:
+            stages["metrics"] = [m for m in stages["metrics"] if "libero" not in m]
         (repo / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))
     for args in (
         ["git", "init", "-q"],

@@ -154,8 +154,19 @@ def test_repro_again_is_a_no_op_and_one_variant_invalidates_only_its_chain(smoke
     repo, _ = smoke_repo
     res = smoke.sh([str(BIN / "dvc"), "repro"], repo)
     assert "Running stage" not in res.stdout, res.stdout[-2000:]
-    smoke.sh([str(BIN / "dvc"), "metrics", "show"], repo)
+    shown = smoke.sh([str(BIN / "dvc"), "metrics", "show"], repo).stdout
+    assert "metrics/summary/table1/coda.json" in shown and "claims" in shown, shown
+    assert max(len(line) for line in shown.splitlines()) <= 200, shown  # fits a terminal
+    for path in (repo / "metrics" / "summary").rglob("*.json"):  # numbers only
+        values = json.loads(path.read_text()).values()
+        assert all(v is None or isinstance(v, int | float) for v in values), path
+    with (repo / "metrics" / "curves.csv").open() as fh:  # long format, no blanks drawn as zeros
+        curves = list(csv.DictReader(fh))
+    assert curves and set(curves[0]) == {"round", "method", "ood"} and all(all(r.values()) for r in curves)
+    assert {"coda", "long_coda"} <= {r["method"] for r in curves}
     smoke.sh([str(BIN / "dvc"), "plots", "show", "-o", str(repo / "plots_html")], repo)
+    page = (repo / "plots_html" / "index.html").read_text()
+    assert '"field": "method"' in page or '"field":"method"' in page  # one colour per method
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["experiments"]["variants"]["value_only"]["set"]["temperature"] = 0.25
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

@@ -110,3 +110,31 @@ def test_budget_curve_reads_budget_runs_and_the_table1_run(tmp_path):
     ]
     coda16 = rows[3]
     assert coda16[OURS].startswith("75.0 ± ") and coda16["paired vs uniform (points)"].startswith("+25.0 ± ")
+
+
+def test_summary_writes_numbers_only_topics_and_long_curves(tmp_path):
+    from coda.report.runs import Runs
+    from coda.report.summary import summary
+
+    runs = Runs(tmp_path)
+    for m in ("uniform", "coda"):
+        runs.table1[m] = []
+        for s in range(2):
+            r = _run(tmp_path, f"{m}-{s}", s, "1" + "1100" if m == "coda" else "1" + "1000", m)
+            r.rounds = [{"round": 1, "ood_success": 0.25}, dict(r.metrics, round=2)]
+            runs.table1[m].append(r)
+    out = tmp_path / "metrics"
+    res = summary(runs, out)
+    assert res["table1"]["coda"]["ood"] == 50.0 and res["table1"]["coda"]["n"] == 2
+    files = sorted(p.relative_to(out).as_posix() for p in (out / "summary").rglob("*.json"))
+    assert "summary/table1/coda.json" in files and any(f.startswith("summary/claims/") for f in files)
+    for p in (out / "summary").rglob("*.json"):
+        assert all(v is None or isinstance(v, int | float) for v in json.loads(p.read_text()).values()), p
+    rows = list(csv.DictReader((out / "curves.csv").open()))
+    assert [(r["round"], r["method"]) for r in rows] == [
+        ("1", "uniform"),
+        ("2", "uniform"),
+        ("1", "coda"),
+        ("2", "coda"),
+    ]
+    assert all(all(r.values()) for r in rows)  # long format: no blank cells

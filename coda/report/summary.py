@@ -1,57 +1,115 @@
-"""The pipeline's metric files and the index of ``figures/``: ``results.json`` and ``curves.csv`` (read by
-``dvc metrics show`` and ``dvc plots show``; `CURVES` fixes the columns dvc.yaml's plot expects) and
-``figures/README.md``, which lists every artifact of `INDEX` with its files and whether our ordering of the
-rows matches the paper's.
+"""The pipeline's metric and plot files (``metrics/summary/``, ``metrics/curves.csv``, ``metrics/training.csv``,
+read by ``dvc metrics show`` and ``dvc plots show``; see `summary`) and ``figures/README.md``, which lists every
+artifact of `INDEX` with its files and whether our ordering of the rows matches the paper's.
 """
 
 from __future__ import annotations
 
+import csv
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
+from coda.report.budget import accepted_per_family, budget_points
 from coda.report.claims import claims
-from coda.report.runs import Runs, rows_at, stat
+from coda.report.common import ablation_round
+from coda.report.runs import Runs, paired_episodes, rows_at, stat
 
 
 def summary(runs: Runs, out: Path) -> dict[str, Any]:
-    """Small metric files for `dvc metrics show` / `dvc plots show`: ``results.json`` (OOD/ID per method and
-    ablation) and ``curves.csv`` (OOD per evaluated round, one column per seed-0 run)."""
+    """The pipeline's metric and plot files (`dvc metrics show`, `dvc plots show` / `diff`):
+
+    * ``summary/<topic>/<name>.json``: small files of numbers only, the same few keys per topic, so that
+      ``dvc metrics show`` is a narrow table: ``table1/<method>`` (ood, se, id, n), ``claims/<a>-vs-<b>``
+      (diff, se, n, p, paper, verdict: +1 holds, -1 reversed, 0 not significant), ``ablation/<variant>``
+      (ood, diff and se against CoDA seed 0 at the same round, round) and ``budget/<method>-<n>`` (ood, se,
+      accepted);
+    * ``results.json``: the same with the claims' text (a plain output, not a metric);
+    * ``curves.csv`` (round, method, ood: every evaluated round of the seed-0 and extended runs) and
+      ``training.csv`` (method, kind, step, loss: the per-update losses of the seed-0 runs, every 5th row), in
+      long format with no blanks, for the ``by_method`` plot template (.dvc/plots).
+    """
     out.mkdir(parents=True, exist_ok=True)
-    res: dict[str, Any] = {"profile": runs.profile(), "table1": {}, "ablation": {}}
+    res: dict[str, Any] = {"profile": runs.profile(), "table1": {}, "ablation": {}, "budget": {}}
     for m, rs in runs.table1.items():
         rows = rows_at(rs, None)
         s, i = stat(rows), stat(rows, "id_success")
         res["table1"][m] = {
             "ood": _round(s["mean"]),
-            "ood_se": _round(s["se"]),
+            "se": _round(s["se"]),
             "id": _round(i["mean"]),
             "n": s["n"],
         }
+    r = ablation_round(runs)
+    coda0 = runs.seed_run("coda")
     for name, run in runs.ablation.items():
-        s = stat(rows_at([run], None))
+        d = paired_episodes(run.at(r), coda0.at(r) if coda0 else None)
         res["ablation"][name] = {
-            "ood": _round(s["mean"]),
+            "ood": _round(stat(rows_at([run], None))["mean"]),
+            "diff": _round(d["mean"]),
+            "se": _round(d["se"]),
             "round": run.rounds[-1]["round"] if run.rounds else None,
         }
+    for method, points in budget_points(runs).items():
+        for n, run in sorted(points.items()):
+            row = run.at(None)
+            res["budget"][f"{method}-{n}"] = {
+                "ood": _round(100 * row["ood_success"]),
+                "se": _round(100 * row["ood_se"]) if row.get("ood_se") is not None else None,
+                "accepted": _round(accepted_per_family(run)),
+            }
     res["claims"] = claims(runs)
     (out / "results.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
-    curves: dict[str, dict[int, float]] = {}
+    topics = {
+        "table1": res["table1"],
+        "ablation": res["ablation"],
+        "budget": res["budget"],
+        "claims": {
+            f"{c['a']}-vs-{c['b'] or 'strongest'}": {
+                "diff": c["diff"],
+                "se": c["se"],
+                "n": c["n"],
+                "p": c["p"],
+                "paper": c["paper_diff"],
+                "verdict": VERDICTS.get(c["verdict"]),
+            }
+            for c in res["claims"]
+        },
+    }
+    folder = out / "summary"
+    shutil.rmtree(folder, ignore_errors=True)
+    for topic, entries in topics.items():
+        for name, values in entries.items():
+            path = folder / topic / f"{name}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(values, sort_keys=True) + "\n")
+    curves = [("round", "method", "ood")]
     for name, run in [
         *((m, runs.seed_run(m)) for m in runs.table1),
         *runs.ablation.items(),
         *((f"long_{k}", v) for k, v in runs.long.items()),
     ]:
         if run is not None and run.method != "sft":
-            curves[name] = {r: 100 * v for r, v in run.curve()}
-    for name in CURVES:  # fixed columns, so that dvc.yaml's plot definition always finds them
-        curves.setdefault(name, {})
-    rounds = sorted({r for c in curves.values() for r in c})
-    lines = ["round," + ",".join(curves)]
-    for r in rounds:
-        lines.append(f"{r}," + ",".join("" if r not in c else f"{c[r]:.2f}" for c in curves.values()))
-    (out / "curves.csv").write_text("\n".join(lines) + "\n")
+            curves += [(r, name, f"{100 * v:.2f}") for r, v in run.curve()]
+    _write_csv(out / "curves.csv", curves)
+    training = [("method", "kind", "step", "loss")]
+    for m in runs.table1:
+        run = runs.seed_run(m)
+        log = run.path / "train_log.csv" if run else None
+        if log is not None and log.is_file():
+            with log.open() as fh:
+                rows = list(csv.DictReader(fh))
+            training += [(m, x["kind"], x["step"], x["loss"]) for x in rows[::5] if x["loss"]]
+    _write_csv(out / "training.csv", training)
     return res
+
+
+VERDICTS = {"holds": 1, "reversed": -1, "not significant": 0}
+
+
+def _write_csv(path: Path, rows: list[tuple]) -> None:
+    path.write_text("\n".join(",".join(str(c) for c in row) for row in rows) + "\n")
 
 
 INDEX = [  # (file stem, what it is, paper section / notebook)
@@ -100,18 +158,6 @@ def index(runs: Runs, out: Path) -> Path:
     path = out / "README.md"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-CURVES = (
-    "coda",
-    "critic_no_memory",
-    "sr_guided",
-    "gen_store_only",
-    "train_store_only",
-    "t2p_sparse",
-    "long_coda",
-    "long_critic_no_memory",
-)
 
 
 def _round(x: float | None) -> float | None:
