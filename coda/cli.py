@@ -156,8 +156,9 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     from coda.memory.cli import add_memory_commands
+    from coda.report.cli import add_memory_report_command
 
-    add_memory_commands(sub)
+    add_memory_report_command(add_memory_commands(sub))
 
     from coda.libero.cli import add_libero_commands
 
@@ -284,6 +285,10 @@ def run(argv: list[str] | None = None) -> int:
             write_json(Path(args.metrics_out), metrics)
         print(json.dumps({k: v for k, v in metrics.items() if k not in ("schedule_checks", "eval_outcomes")}))
     elif args.cmd == "memory":
+        if args.memory_cmd == "report":
+            from coda.report.cli import run_memory_report_command
+
+            return run_memory_report_command(args)
         from coda.memory.cli import run_memory_command
 
         return run_memory_command(args)

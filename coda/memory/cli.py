@@ -19,8 +19,9 @@ from typing import Any
 from coda.errors import UserError
 
 
-def add_memory_commands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``memory inspect|push|pull`` to the ``coda`` subparsers; returns the ``memory`` parser."""
+def add_memory_commands(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
+    """Add ``memory inspect|push|pull`` to the ``coda`` subparsers; returns the ``memory`` subcommands, to which
+    higher layers add theirs (``memory report``, `coda.report.cli`)."""
     mem = subparsers.add_parser("memory", help="inspect, push or pull shared-memory snapshots")
     msub = mem.add_subparsers(dest="memory_cmd", required=True)
     ins = msub.add_parser("inspect", help="verify a snapshot and summarise it")
@@ -38,7 +39,7 @@ def add_memory_commands(subparsers: argparse._SubParsersAction) -> argparse.Argu
         "--out", default=None, help="download into this folder (default: the Hugging Face cache)"
     )
     pull.add_argument("--json", action="store_true")
-    return mem
+    return msub
 
 
 def format_summary(summary: dict[str, Any]) -> str:

@@ -23,6 +23,28 @@ def add_render_command(sub) -> None:
     ren.add_argument("--size", type=int, default=320, help="pixels per view (square)")
 
 
+def add_memory_report_command(msub: argparse._SubParsersAction) -> None:
+    """Add ``report RUN --out FILE`` to the ``memory`` subcommands (`coda.memory.cli.add_memory_commands`),
+    here so that `coda.memory` never imports the report layer."""
+    rep = msub.add_parser(
+        "report", help="a static HTML page about a run's memory: modes, programs, lineage, failures"
+    )
+    rep.add_argument("run_dir", metavar="RUN", help="a run directory (run.json, memory/round-NNNN/, ...)")
+    rep.add_argument("--out", required=True, help="HTML file to write")
+    rep.add_argument(
+        "--data", default="data", help="data folder to render scenes with (the pipeline: scenes)"
+    )
+    rep.add_argument("--image-size", type=int, default=128, help="pixels per camera view (square)")
+
+
+def run_memory_report_command(args: argparse.Namespace) -> int:
+    from coda.report.memory_report import build_report
+
+    out = build_report(args.run_dir, args.out, args.data, args.image_size)
+    print(f"wrote {out} ({out.stat().st_size} bytes)")
+    return 0
+
+
 def run_render_command(args: argparse.Namespace) -> int:
     from coda.report.render import render_scene
 

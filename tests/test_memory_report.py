@@ -1,0 +1,175 @@
+"""`coda memory report RUN --out report.html`: a self-contained HTML page about a run's memory."""
+
+import json
+from html.parser import HTMLParser
+
+import numpy as np
+import pytest
+
+from coda.memory.store import latest_snapshot, load_snapshot
+from coda.memory.tables import Memory
+from coda.report.memory_report import esc, failures_section, modes_section, program_details
+
+VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+
+
+class StrictParser(HTMLParser):
+    """Collects the problems `html.parser` lets through: unbalanced tags, duplicate ids, external URLs,
+    scripts."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack, self.errors, self.ids, self.images, self.links = [], [], set(), [], []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "script":
+            self.errors.append("script element")
+        if "id" in attrs:
+            if attrs["id"] in self.ids:
+                self.errors.append(f"duplicate id {attrs['id']}")
+            self.ids.add(attrs["id"])
+        for key in ("src", "href"):
+            value = attrs.get(key) or ""
+            if value and not value.startswith(("#", "data:image/png;base64,")):
+                self.errors.append(f"external {key} {value[:60]}")
+        if attrs.get("href", "").startswith("#"):
+            self.links.append(attrs["href"])
+        if tag == "img":
+            self.images.append(attrs)
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if tag in VOID:
+            return
+        if not self.stack or self.stack[-1] != tag:
+            self.errors.append(f"unbalanced </{tag}> (open: {self.stack[-3:]})")
+        else:
+            self.stack.pop()
+
+
+def parse(text: str) -> StrictParser:
+    p = StrictParser()
+    p.feed(text)
+    p.close()
+    assert not p.errors, p.errors[:5]
+    assert not p.stack, f"unclosed: {p.stack}"
+    return p
+
+
+@pytest.fixture(scope="module")
+def coda_run(make_coda, make_params, small_data, tmp_path_factory):
+    """A finished two-round `coda` run on the tiny params (one worker: light on the CPU)."""
+    runner = make_coda(make_params(), small_data)
+    runner.train_sft(tmp_path_factory.mktemp("sft"), workers=1, timeout=600)
+    out = tmp_path_factory.mktemp("coda") / "run"
+    runner(*runner.run_args(out, workers=1, method="coda"), timeout=900)
+    return out
+
+
+@pytest.fixture(scope="module")
+def report(coda_run, small_data, coda_cli, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    r = coda_cli(
+        "memory", "report", coda_run, "--out", out, "--data", small_data, "--image-size", 48, check=True
+    )
+    assert str(out) in r.stdout
+    return out.read_text(encoding="utf-8")
+
+
+def test_the_report_names_modes_programs_and_causes(report, coda_run):
+    page = parse(report)
+    mem = load_snapshot(latest_snapshot(coda_run))
+    modes = mem.modes()
+    assert modes, "the tiny run opened no difficulty mode"
+    for m in modes:
+        assert esc(m.mode_id) in report
+    for pid, doc in mem.programs().items():
+        assert f'id="program-{pid}"' in report
+        assert esc(json.dumps(doc, indent=2, sort_keys=True)) in report
+    causes = [d["cause"] for d in mem.rows("diagnoses") if d["mode_id"] is not None]
+    assert any(esc(c) in report for c in causes)
+    scenes = [i for i in page.images if i.get("class") == "scene"]
+    assert scenes and all(i["src"].startswith("data:image/png;base64,") for i in scenes)
+    assert len(scenes) <= 24
+    assert any(i.get("class") == "chart" for i in page.images)  # the loss chart at least
+    run = json.loads((coda_run / "run.json").read_text())
+    assert f"<td>{run['method']}</td>" in report
+    assert page.links and all(link[1:] in page.ids for link in page.links)  # every anchor link lands
+
+
+def test_the_report_without_data_says_so(coda_run, coda_cli, tmp_path):
+    out = tmp_path / "r.html"
+    coda_cli("memory", "report", coda_run, "--out", out, "--data", tmp_path / "missing", check=True)
+    text = out.read_text()
+    page = parse(text)
+    assert not [i for i in page.images if i.get("class") == "scene"]
+    assert "data folder" in text and "is missing" in text
+
+
+@pytest.mark.parametrize("make", ["missing", "empty", "no-snapshot"])
+def test_a_missing_or_invalid_run_is_one_line(make, coda_cli, tmp_path):
+    run = tmp_path / "run"
+    if make != "missing":
+        run.mkdir()
+    if make == "no-snapshot":
+        (run / "run.json").write_text('{"method": "coda"}')
+    r = coda_cli("memory", "report", run, "--out", tmp_path / "r.html")
+    assert r.returncode != 0
+    assert len(r.stderr.strip().splitlines()) == 1 and str(run) in r.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
+def _memory_with(cause: str) -> Memory:
+    mem = Memory(encoder=lambda texts: np.ones((len(texts), 4)) / 2.0)
+    spec = {"family": "push", "note": "</pre><script>x</script>"}
+    mem.add_scene("abc123", "push", 1, "novel", spec)
+    rid = mem.add_rollout("abc123", "push", 1, "novel", False, 1, 10, 0)
+    did = mem.add_diagnosis(rid, "abc123", "push", 1, "v", "reach", "mass", cause, 0.5)
+    mem.assign_mode(did)
+    return mem
+
+
+def test_memory_text_is_escaped():
+    evil = "<script>alert('x')</script> & \"quoted\""
+    mem = _memory_with(evil)
+    seen = []
+
+    def render(spec_json):
+        seen.append(spec_json)
+        return "<img class='scene' alt='x' src='data:image/png;base64,AA=='>"
+
+    for html in (failures_section(mem, render), modes_section(mem), failures_section(mem, None, evil)):
+        assert "<script>" not in html
+        parse(html)
+    assert esc(evil) in failures_section(mem, render)
+    assert seen and json.loads(seen[0])["note"].startswith("</pre>")  # the spec reaches the renderer as is
+    doc = {"id": "gp-1", "kind": "generation", "family": "<b>push</b>", "mode": "<i>m</i>", "x": "<script>"}
+    html = program_details(
+        "gp-<1>", doc, [{"scene_hash": "<h>", "split": "targeted", "base_hash": None, "round": 1}], {}
+    )
+    assert "<script>" not in html and "<b>" not in html and "<h>" not in html
+    assert 'id="program-gp-&lt;1&gt;"' in html
+    parse(html)
+
+
+def test_validated_modes_come_first_and_are_charted_per_round():
+    import copy
+
+    from coda.report.memory_report import sorted_modes, trends_section
+
+    mem = _memory_with("the gripper slipped")
+    rid = mem.add_rollout("abc123", "push", 1, "novel", False, 1, 10, 0)
+    other = mem.add_diagnosis(rid, "abc123", "push", 1, "v", "lift", "friction", "it fell", 0.5)
+    validated = mem.assign_mode(other)
+    mem.set_mode_status(validated, "validated")
+    mem.update_mode(validated, 0.5, 4, 10, 1)
+    round1 = copy.deepcopy(mem)
+    mem.update_mode(validated, 0.9, 4, 20, 2)
+    assert sorted_modes(mem)[0].mode_id == validated
+    html = trends_section({1: round1, 2: mem}, mem)
+    page = parse(html)
+    charts = [i for i in page.images if i.get("class") == "chart"]
+    assert len(charts) == 2 and all(i["src"].startswith("data:image/png;base64,") for i in charts)
+    assert "no validated modes" in trends_section({1: round1}, _memory_with("x"))
