@@ -1,6 +1,8 @@
 """`coda memory report RUN --out report.html`: a self-contained HTML page about a run's memory."""
 
 import json
+import shutil
+import subprocess
 from html.parser import HTMLParser
 
 import numpy as np
@@ -173,3 +175,46 @@ def test_validated_modes_come_first_and_are_charted_per_round():
     charts = [i for i in page.images if i.get("class") == "chart"]
     assert len(charts) == 2 and all(i["src"].startswith("data:image/png;base64,") for i in charts)
     assert "no validated modes" in trends_section({1: round1}, _memory_with("x"))
+
+
+def _browser() -> str | None:
+    return next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
+@pytest.mark.skipif(
+    _browser() is None, reason="no Chromium: `apt-get install chromium` (.ci/run installs it)"
+)
+def test_a_headless_browser_renders_the_report_without_console_errors(
+    coda_run, small_data, coda_cli, tmp_path
+):
+    """The report in a real browser (Chromium, headless): it loads with no console message at all (the page
+    has no scripts; a broken image or markup problem would log one) and its screenshot is not blank."""
+    out = tmp_path / "report.html"
+    coda_cli("memory", "report", coda_run, "--out", out, "--data", small_data, check=True)
+    shot = tmp_path / "shot.png"
+    res = subprocess.run(
+        [
+            _browser(),
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--hide-scrollbars",
+            "--window-size=1200,1600",
+            f"--screenshot={shot}",
+            out.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
+    console = [line for line in res.stderr.splitlines() if "CONSOLE" in line]
+    assert not console, console
+    from matplotlib import image
+
+    pixels = image.imread(shot)
+    assert pixels.shape[0] >= 1000 and pixels.shape[1] >= 1000
+    assert pixels[..., :3].std() > 0.05  # not a blank page: text, tables, charts, scene images
