@@ -182,3 +182,21 @@ def test_snapshots_without_programs_table_or_card_still_load(tmp_path):
     shutil.rmtree(snap / "programs")
     with pytest.raises(MemoryFormatError, match=r"programs/.*: missing"):
         load_snapshot(snap)
+
+
+def test_datasets_load_dataset_reads_the_default_config_offline(tmp_path, monkeypatch):
+    """`datasets.load_dataset(<snapshot dir>)` with no network: the card's default config (`modes`) loads with
+    every row, and each other config loads its table."""
+    datasets = pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    snap = _snap(tmp_path)
+    mem = load_snapshot(snap)
+    default = datasets.load_dataset(str(snap), split="train", cache_dir=str(tmp_path / "cache"))
+    assert default.num_rows == len(mem.rows("modes")) > 0
+    assert set(default.column_names) == set(SCHEMA["modes"])
+    scenes = datasets.load_dataset(str(snap), "scenes", split="train", cache_dir=str(tmp_path / "cache"))
+    assert scenes.num_rows == len(mem.rows("scenes"))
+    programs = datasets.load_dataset(str(snap), "programs", split="train", cache_dir=str(tmp_path / "cache"))
+    assert sorted(programs["program_id"]) == sorted(mem.programs())
