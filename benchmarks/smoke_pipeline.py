@@ -54,9 +54,9 @@ def sh(args: list[str], repo: Path, timeout: float = 1800) -> subprocess.Complet
     return res
 
 
-def prepare(repo: Path, *, libero: bool) -> Path:
-    """A fresh copy of the project at `repo` on the smoke profile with Table 1 seed 0, committed to its own
-    git repository (no data/, no DVC remote); `libero=False` leaves the LIBERO stages out."""
+def copy_working_tree(repo: Path) -> Path:
+    """The project's tracked and untracked-but-not-ignored files copied to `repo` (what a clone of a pushed
+    branch holds: no data/, runs/, DVC cache or remote)."""
     files = subprocess.run(
         ["git", "ls-files", "-co", "--exclude-standard", "-z"],
         cwd=ROOT,
@@ -69,6 +69,24 @@ def prepare(repo: Path, *, libero: bool) -> Path:
         if src.is_file():
             (repo / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, repo / f)
+    return repo
+
+
+def commit_all(repo: Path, message: str) -> Path:
+    """`repo` as its own git repository with everything committed."""
+    for args in (
+        ["git", "init", "-q"],
+        ["git", "add", "-A"],
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message],
+    ):
+        sh(args, repo)
+    return repo
+
+
+def prepare(repo: Path, *, libero: bool) -> Path:
+    """A fresh copy of the project at `repo` on the smoke profile with Table 1 seed 0, committed to its own
+    git repository (no data/, no DVC remote); `libero=False` leaves the LIBERO stages out."""
+    copy_working_tree(repo)
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["base"]["profile"] = "smoke"
     params["experiments"]["seeds"] = [0]
@@ -82,13 +100,7 @@ def prepare(repo: Path, *, libero: bool) -> Path:
         if "metrics" in stages:
             stages["metrics"] = [m for m in stages["metrics"] if "libero" not in m]
         (repo / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))
-    for args in (
-        ["git", "init", "-q"],
-        ["git", "add", "-A"],
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke"],
-    ):
-        sh(args, repo)
-    return repo
+    return commit_all(repo, "smoke")
 
 
 def repro(repo: Path, timeout: float = 3600) -> dict:

@@ -3,12 +3,13 @@ every artifact whose inputs are absent is left as committed (coda.report.inputs)
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.test_pipeline import _load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -18,28 +19,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory):
-    """A git clone of the working tree's committed state plus its uncommitted changes (what `git clone` of a
-    pushed branch gives): tracked files only, no runs/, data/ or DVC cache."""
+    """A fresh copy of the project as a clone gives it: tracked files only, no runs/, data/ or DVC cache."""
+    smoke = _load_benchmark("smoke_pipeline")
     repo = tmp_path_factory.mktemp("fresh") / "coda"
-    files = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split("\0")
-    for f in filter(None, files):
-        src = ROOT / f
-        if src.is_file():
-            (repo / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, repo / f)
-    for args in (
-        ["git", "init", "-q"],
-        ["git", "add", "-A"],
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fresh"],
-    ):
-        subprocess.run(args, cwd=repo, check=True, capture_output=True)
-    return repo
+    return smoke.commit_all(smoke.copy_working_tree(repo), "fresh")
 
 
 @pytest.mark.parametrize("name", NOTEBOOKS)
