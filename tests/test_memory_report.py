@@ -61,20 +61,42 @@ def parse(text: str) -> StrictParser:
 
 
 @pytest.fixture(scope="module")
-def coda_run(make_coda, make_params, small_data, tmp_path_factory):
-    """A finished two-round `coda` run on the tiny params (one worker: light on the CPU)."""
-    runner = make_coda(make_params(), small_data)
-    runner.train_sft(tmp_path_factory.mktemp("sft"), workers=1, timeout=600)
+def coda_setup(make_coda, make_params, small_data, tmp_path_factory):
+    """A finished two-round `coda` run on the tiny params (one worker: light on the CPU): (run directory,
+    params file, SFT directory)."""
+    params = make_params()
+    runner = make_coda(params, small_data)
+    sft = tmp_path_factory.mktemp("sft")
+    runner.train_sft(sft, workers=1, timeout=600)
     out = tmp_path_factory.mktemp("coda") / "run"
     runner(*runner.run_args(out, workers=1, method="coda"), timeout=900)
-    return out
+    return out, params, sft
 
 
 @pytest.fixture(scope="module")
-def report(coda_run, small_data, coda_cli, tmp_path_factory):
+def coda_run(coda_setup):
+    return coda_setup[0]
+
+
+@pytest.fixture(scope="module")
+def report(coda_setup, small_data, coda_cli, tmp_path_factory):
+    coda_run, params, sft = coda_setup
     out = tmp_path_factory.mktemp("report") / "report.html"
     r = coda_cli(
-        "memory", "report", coda_run, "--out", out, "--data", small_data, "--image-size", 48, check=True
+        "memory",
+        "report",
+        coda_run,
+        "--out",
+        out,
+        "--data",
+        small_data,
+        "--image-size",
+        48,
+        "--params",
+        params,
+        "--sft",
+        sft,
+        check=True,
     )
     assert str(out) in r.stdout
     return out.read_text(encoding="utf-8")
@@ -92,9 +114,11 @@ def test_the_report_names_modes_programs_and_causes(report, coda_run):
         assert esc(json.dumps(doc, indent=2, sort_keys=True)) in report
     causes = [d["cause"] for d in mem.rows("diagnoses") if d["mode_id"] is not None]
     assert any(esc(c) in report for c in causes)
-    scenes = [i for i in page.images if i.get("class") == "scene"]
+    scenes = [i for i in page.images if i.get("class") in ("scene", "keyframes")]
     assert scenes and all(i["src"].startswith("data:image/png;base64,") for i in scenes)
     assert len(scenes) <= 24
+    assert any(i.get("class") == "keyframes" for i in scenes)  # the failing rollouts, re-simulated
+    assert "re-simulated (matches the recorded rollout)" in report or "re-simulated (differs" in report
     assert any(i.get("class") == "chart" for i in page.images)  # the loss chart at least
     run = json.loads((coda_run / "run.json").read_text())
     assert f"<td>{run['method']}</td>" in report
@@ -123,6 +147,39 @@ def test_a_missing_or_invalid_run_is_one_line(make, coda_cli, tmp_path):
     assert not (tmp_path / "r.html").exists()
 
 
+def test_failing_rollouts_are_resimulated_from_the_checkpoints(coda_setup, small_data, capsys):
+    """Round 2's rollouts (round 1's checkpoint) and round 1's (the SFT policy, an untrained critic),
+    re-simulated: the outcome equals the recorded one, and the frames are non-blank camera views."""
+    from coda.report.keyframes import MAX_FRAMES, KeyframeRenderer
+
+    run, params, sft = coda_setup
+    mem = load_snapshot(latest_snapshot(run))
+    specs = {s["scene_hash"]: s["spec_json"] for s in mem.rows("scenes")}
+    rollouts = {r["rollout_id"]: r for r in mem.rows("rollouts")}
+    results: dict[int, list] = {1: [], 2: []}
+    renderer = KeyframeRenderer(run, small_data, params=params, sft_dir=sft, image_size=32)
+    try:
+        for d in mem.rows("diagnoses"):
+            r = int(d["round"])
+            if r in results and len(results[r]) < 2 and d["scene_hash"] in specs:
+                kf = renderer(d, rollouts.get(d["rollout_id"]), specs[d["scene_hash"]])
+                assert kf is not None, "the checkpoint is in the run directory"
+                results[r].append(kf)
+    finally:
+        renderer.close()
+    with capsys.disabled():
+        for r, kfs in results.items():
+            print(f"\nround {r}: " + "; ".join(f"{k.label} {k.resimulated}" for k in kfs))
+    assert results[2], "no diagnosed failure in round 2 of the tiny run"
+    assert any(k.matches for k in results[2]), [k.differences for k in results[2]]
+    for kf in results[1] + results[2]:
+        assert 2 <= len(kf.frames) <= MAX_FRAMES
+        for _, frame in kf.frames:
+            assert frame.shape == (32, 64, 3) and frame.dtype == np.uint8
+            assert frame.std() > 1.0  # not blank
+    assert "re-simulated (matches the recorded rollout)" in [k.label for k in results[2]]
+
+
 def _memory_with(cause: str) -> Memory:
     mem = Memory(encoder=lambda texts: np.ones((len(texts), 4)) / 2.0)
     spec = {"family": "push", "note": "</pre><script>x</script>"}
@@ -138,7 +195,7 @@ def test_memory_text_is_escaped():
     mem = _memory_with(evil)
     seen = []
 
-    def render(spec_json):
+    def render(spec_json, *_):
         seen.append(spec_json)
         return "<img class='scene' alt='x' src='data:image/png;base64,AA=='>"
 

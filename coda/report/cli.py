@@ -35,12 +35,28 @@ def add_memory_report_command(msub: argparse._SubParsersAction) -> None:
         "--data", default="data", help="data folder to render scenes with (the pipeline: scenes)"
     )
     rep.add_argument("--image-size", type=int, default=128, help="pixels per camera view (square)")
+    rep.add_argument(
+        "--sft", default=None, help="SFT directory of the run (round 1's actor; default: runs/sft)"
+    )
+    rep.add_argument(
+        "--no-resimulate",
+        action="store_true",
+        help="show the failing scenes' initial states instead of re-simulated keyframes",
+    )
 
 
 def run_memory_report_command(args: argparse.Namespace) -> int:
     from coda.report.memory_report import build_report
 
-    out = build_report(args.run_dir, args.out, args.data, args.image_size)
+    out = build_report(
+        args.run_dir,
+        args.out,
+        args.data,
+        args.image_size,
+        params=getattr(args, "params", "params.yaml"),  # the common --params
+        sft_dir=args.sft,
+        resimulate=not args.no_resimulate,
+    )
     print(f"wrote {out} ({out.stat().st_size} bytes)")
     return 0
 

@@ -167,25 +167,58 @@ def array_img(image, alt: str) -> str:
     return f'<img class="scene" alt="{esc(alt)}" src="{png_uri(buf.getvalue())}">'
 
 
-def scene_renderer(data_dir: str | Path, image_size: int, limit: int = MAX_IMAGES) -> Callable[[str], str]:
-    """spec JSON -> an ``<img>`` of the scene's front and side views (or a note once `limit` is reached, or
-    when the scene does not render)."""
+def keyframes_html(kf, diagnosis: dict[str, Any]) -> str:
+    """The keyframes of a re-simulated rollout (`coda.report.keyframes.Keyframes`) as one ``<img>`` strip
+    (left to right, each frame its front and side views) under its label: whether the re-simulation matches
+    the recorded rollout."""
+    import numpy as np
+
+    order = "; ".join(esc(name) for name, _ in kf.frames)
+    alt = f"rollout {diagnosis.get('rollout_id')}: {len(kf.frames)} keyframes, front and side views"
+    img = array_img(np.concatenate([frame for _, frame in kf.frames], axis=1), alt)
+    return (
+        f'<p class="note">{esc(kf.label)}. Frames, left to right: {order} (each: front | side view)</p>'
+        + img.replace('class="scene"', 'class="keyframes"', 1)
+    )
+
+
+def scene_renderer(
+    data_dir: str | Path, image_size: int, limit: int = MAX_IMAGES, keyframes: Callable | None = None
+) -> Callable[..., str]:
+    """``render(spec_json, diagnosis=None, rollout=None)`` -> an ``<img>``: with `keyframes` (a
+    `coda.report.keyframes.KeyframeRenderer`) and a diagnosis, keyframes of the failing rollout re-simulated
+    from the run's checkpoint; else (or when the checkpoint is missing) the scene's initial front and side
+    views. A note instead once `limit` images are on the page, or when the scene does not render."""
     from coda.report.render import render_views
     from coda.sim.scene import SceneSpec
 
     count = 0
 
-    def render(spec_json: str) -> str:
+    def render(spec_json: str, diagnosis: dict | None = None, rollout: dict | None = None) -> str:
         nonlocal count
         if count >= limit:
             return f'<p class="note">image limit reached ({limit} per page)</p>'
+        note = ""
+        if keyframes is not None and diagnosis is not None:
+            try:
+                kf = keyframes(diagnosis, rollout, spec_json)
+            except Exception as err:  # a failed re-simulation must not stop the report
+                kf = None
+                note = f"could not re-simulate the rollout: {type(err).__name__}: {err}"
+            if kf is not None and kf.frames:
+                count += 1
+                return keyframes_html(kf, diagnosis)
+            note = note or "no checkpoint to re-simulate the rollout with: the scene's initial state"
+        note = f'<p class="note">{esc(note)}</p>' if note else ""
         try:
             scene = SceneSpec.from_json(spec_json)
             img = render_views(scene, data_dir, image_size)
         except Exception as err:  # a bad spec in memory must not stop the report
-            return f'<p class="note">could not render the scene: {esc(type(err).__name__)}: {esc(err)}</p>'
+            return note + (
+                f'<p class="note">could not render the scene: {esc(type(err).__name__)}: {esc(err)}</p>'
+            )
         count += 1
-        return array_img(img, f"scene {scene.hash}: front and side views")
+        return note + array_img(img, f"scene {scene.hash}: front and side views")
 
     return render
 
@@ -411,9 +444,11 @@ def failure_html(d: dict[str, Any], image: str) -> str:
     )
 
 
-def failures_section(mem, render: Callable[[str], str] | None, no_images: str = "") -> str:
-    """Up to `FAILURES_PER_MODE` diagnoses per mode (modes in table order), with `render(spec_json)` of the
-    failing scene; with `render` None, `no_images` says why there are no images."""
+def failures_section(mem, render: Callable[..., str] | None, no_images: str = "") -> str:
+    """Up to `FAILURES_PER_MODE` diagnoses per mode (modes in table order), with `render(spec_json,
+    diagnosis, rollout)` (`scene_renderer`) of the failing scene or rollout; with `render` None, `no_images`
+    says why there are no images."""
+    rollouts = {row["rollout_id"]: row for row in mem.rows("rollouts")}
     specs: dict[str, str] = {}
     for s in mem.rows("scenes"):
         specs.setdefault(s["scene_hash"], s["spec_json"])
@@ -436,7 +471,7 @@ def failures_section(mem, render: Callable[[str], str] | None, no_images: str = 
             elif spec is None:
                 image = '<p class="note">the scene is not in memory</p>'
             else:
-                image = render(spec)
+                image = render(spec, d, rollouts.get(d["rollout_id"]))
             out.append(failure_html(d, image))
     return "\n".join(out)
 
@@ -482,8 +517,15 @@ def build_report(
     data_dir: str | Path = "data",
     image_size: int = 128,
     max_images: int = MAX_IMAGES,
+    *,
+    params: str | Path = "params.yaml",
+    sft_dir: str | Path | None = None,
+    resimulate: bool = True,
 ) -> Path:
-    """Write the report of the run `run_dir` to `out`; returns its path."""
+    """Write the report of the run `run_dir` to `out`; returns its path. With `resimulate`, each example
+    failure shows keyframes of its rollout re-simulated from the run's checkpoints (`coda.report.keyframes`;
+    the world settings from `params`' profile, round 1's actor from `sft_dir`, by default the pipeline's
+    runs/sft); without, or where that is impossible, the failing scene's initial state."""
     if image_size < 1:
         raise UserError(f"--image-size: expected pixels >= 1, got {image_size}")
     run = load_run(run_dir)
@@ -493,10 +535,28 @@ def build_report(
         no_images = f"no scene images: the data folder {data_dir}/ is missing (pass --data, e.g. scenes)"
     elif max_images <= 0:
         no_images = "no scene images (image limit 0)"
-    else:
-        render = scene_renderer(data_dir, image_size, max_images)
-    text = page(run, render, no_images)
+    keyframes = None
+    if not no_images:
+        if resimulate:
+            keyframes = _keyframe_renderer(run_dir, data_dir, params, sft_dir, image_size)
+        render = scene_renderer(data_dir, image_size, max_images, keyframes)
+    try:
+        text = page(run, render, no_images)
+    finally:
+        if keyframes is not None:
+            keyframes.close()
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
     return out
+
+
+def _keyframe_renderer(run_dir, data_dir, params, sft_dir, image_size):
+    """A `KeyframeRenderer` for the run, or None when the params (or the run's profile in them) do not
+    load: the page then shows initial states only."""
+    from coda.report.keyframes import KeyframeRenderer
+
+    try:
+        return KeyframeRenderer(run_dir, data_dir, params=params, sft_dir=sft_dir, image_size=image_size)
+    except Exception:  # no params.yaml here, another profile: no re-simulation, still a report
+        return None
