@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Run dvc stages one at a time, in the order given (default: every stage in dvc.yaml's order), appending
+# "stage <TAB> wall seconds <TAB> exit status <TAB> end time (UTC)" per stage to $LOG (default
+# docs/pipeline_times.tsv); stops at the first failure. A stage that is up to date takes a second, so the same
+# call resumes an interrupted reproduction; `python benchmarks/pipeline_times.py --log $LOG` sums it up.
+#   benchmarks/repro_timed.sh                      # the whole pipeline
+#   benchmarks/repro_timed.sh sft table1@coda-0    # chosen stages (their dependencies must be up to date)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export DVC_NO_ANALYTICS=1 PATH="$PWD/.venv/bin:$PATH"
+LOG="${LOG:-docs/pipeline_times.tsv}"
+stages=("$@")
+if [ ${#stages[@]} -eq 0 ]; then
+    mapfile -t stages < <(dvc stage list --name-only)
+fi
+for st in "${stages[@]}"; do
+    t0=$(date +%s)
+    dvc repro -s "$st"
+    rc=$?
+    printf '%s\t%s\t%s\t%s\n' "$st" "$(( $(date +%s) - t0 ))" "$rc" "$(date -u +%FT%TZ)" >> "$LOG"
+    [ $rc -eq 0 ] || { echo "stage $st failed (exit $rc)" >&2; exit $rc; }
+done
