@@ -33,6 +33,10 @@ def test_paired_difference_uses_shared_episodes(tmp_path):
     d = paired(a, b, None, None)
     assert d["n"] == 2
     assert abs(d["mean"] - 100 * (0.25 + 0.25) / 2) < 1e-9 and d["se"] == 0.0
+    back = paired(b, a, None, None)  # SFT first: the same pairs, the opposite sign
+    assert back["n"] == 2 and abs(back["mean"] + d["mean"]) < 1e-9
+    other = [_run(tmp_path, "c0", 0, "00000", "uniform")]  # another method's seed 0 pairs with seed 0 only
+    assert paired(a, other, None, None)["n"] == 1
 
 
 def test_ordering_note_and_files(tmp_path):

@@ -138,16 +138,17 @@ def paired(
     a: Sequence[RunResult], b: Sequence[RunResult], r_a: int | None, r_b: int | None
 ) -> dict[str, Any]:
     """Paired OOD difference a − b in points: per seed, the mean over the shared evaluation episodes; then
-    mean ± s.e. over seeds. A single-run b (the one SFT checkpoint) pairs with every seed of a."""
+    mean ± s.e. over seeds. The SFT policy (one checkpoint, the start of every seed) on either side pairs
+    with every seed of the other."""
+    if len(a) == 1 and a[0].method == "sft" and not (len(b) == 1 and b[0].method == "sft"):
+        d = paired(b, a, r_b, r_a)
+        return {**d, "mean": None if d["mean"] is None else -d["mean"]}
     by_seed = {x.seed: x.at(r_b) for x in b}
+    sft = b[0].at(r_b) if len(b) == 1 and b[0].method == "sft" else None
     diffs = []
     for x in a:
         row = x.at(r_a)
-        other = (
-            by_seed.get(x.seed)
-            if x.seed in by_seed
-            else (next(iter(by_seed.values())) if len(by_seed) == 1 else None)
-        )
+        other = by_seed.get(x.seed) if sft is None else sft
         if row is None or other is None:
             continue
         oa, ob = ood_outcomes(row), ood_outcomes(other)
