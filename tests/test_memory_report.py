@@ -79,7 +79,7 @@ def coda_run(coda_setup):
 
 
 @pytest.fixture(scope="module")
-def report(coda_setup, small_data, coda_cli, tmp_path_factory):
+def report_path(coda_setup, small_data, coda_cli, tmp_path_factory):
     coda_run, params, sft = coda_setup
     out = tmp_path_factory.mktemp("report") / "report.html"
     r = coda_cli(
@@ -99,7 +99,31 @@ def report(coda_setup, small_data, coda_cli, tmp_path_factory):
         check=True,
     )
     assert str(out) in r.stdout
-    return out.read_text(encoding="utf-8")
+    return out
+
+
+@pytest.fixture(scope="module")
+def report(report_path):
+    return report_path.read_text(encoding="utf-8")
+
+
+def test_the_keyframes_are_saved_beside_the_page(report_path, report, coda_run):
+    """Every re-simulated failure on the page is also a PNG strip and a GIF, indexed in keyframes.json."""
+    from PIL import Image
+
+    folder = report_path.with_name("report_keyframes")
+    rows = json.loads((folder / "keyframes.json").read_text())
+    assert len(rows) == report.count('class="keyframes"') > 0
+    mem = load_snapshot(latest_snapshot(coda_run))
+    diagnoses = {d["diagnosis_id"]: d for d in mem.rows("diagnoses")}
+    for row in rows:
+        d = diagnoses[row["diagnosis_id"]]
+        assert (row["mode_id"], row["rollout_id"]) == (d["mode_id"], d["rollout_id"])
+        assert row["matches"] == (not row["differences"])
+        png = Image.open(folder / row["png"])
+        assert png.size == (48 * 2 * len(row["frames"]), 48)  # frames left to right, each front | side
+        gif = Image.open(folder / row["gif"])
+        assert gif.n_frames == len(row["frames"]) and gif.size == (96, 48)
 
 
 def test_the_report_names_modes_programs_and_causes(report, coda_run):

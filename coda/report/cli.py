@@ -43,6 +43,13 @@ def add_memory_report_command(msub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="show the failing scenes' initial states instead of re-simulated keyframes",
     )
+    rep.add_argument(
+        "--keyframes-dir",
+        default=None,
+        help="where the keyframes are also saved as PNG + GIF files with a keyframes.json index "
+        "(default: <out stem>_keyframes/ beside the page; e.g. RUN/memory/round-NNNN/keyframes to keep "
+        "them beside that snapshot)",
+    )
 
 
 def run_memory_report_command(args: argparse.Namespace) -> int:
@@ -56,6 +63,7 @@ def run_memory_report_command(args: argparse.Namespace) -> int:
         params=getattr(args, "params", "params.yaml"),  # the common --params
         sft_dir=args.sft,
         resimulate=not args.no_resimulate,
+        keyframes_dir=args.keyframes_dir,
     )
     print(f"wrote {out} ({out.stat().st_size} bytes)")
     return 0

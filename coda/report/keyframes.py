@@ -13,9 +13,13 @@ start and at the end, and keeps at most `MAX_FRAMES` of them: the start, the fir
 phase, one in between and the end. Whether the re-simulated outcome (success, phases reached, steps)
 equals the recorded rollout's is reported, never assumed.
 
+`save_keyframes` writes one failure's frames as files (a PNG strip, a short GIF and a row of
+``keyframes.json``), the copies `coda memory report` keeps beside its page.
+
 Example:
     >>> kf = KeyframeRenderer("runs/table1/coda-0", "scenes", params="params.yaml", image_size=128)
     >>> frames = kf(diagnosis_row, rollout_row, spec_json)   # None: no checkpoint, use the initial state
+    >>> save_keyframes(frames, diagnosis_row, "report_keyframes")
 """
 
 from __future__ import annotations
@@ -55,6 +59,45 @@ class Keyframes:
         if self.matches:
             return "re-simulated (matches the recorded rollout)"
         return f"re-simulated (differs from the recorded rollout: {'; '.join(self.differences)})"
+
+
+INDEX = "keyframes.json"
+
+
+def save_keyframes(kf: Keyframes, diagnosis: dict[str, Any], folder: str | Path) -> dict[str, Any]:
+    """Write `kf` into `folder` as ``<diagnosis_id>.png`` (the frames left to right, each front | side) and
+    ``<diagnosis_id>.gif`` (one frame per keyframe, 0.8 s each, looping), and add its row to the folder's
+    ``keyframes.json`` (ids, mode, frame labels, whether the re-simulation matches the recorded rollout);
+    returns the row."""
+    from PIL import Image
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    did = str(diagnosis["diagnosis_id"])
+    if not did or any(c in did for c in "/\\") or did.startswith("."):
+        raise ValueError(f"diagnosis_id: not usable as a file name: {did!r}")
+    frames = [np.ascontiguousarray(frame) for _, frame in kf.frames]
+    Image.fromarray(np.concatenate(frames, axis=1)).save(folder / f"{did}.png")
+    first, *rest = [Image.fromarray(frame) for frame in frames]
+    first.save(folder / f"{did}.gif", save_all=True, append_images=rest, duration=800, loop=0)
+    row = {
+        "diagnosis_id": did,
+        "mode_id": diagnosis.get("mode_id"),
+        "rollout_id": diagnosis.get("rollout_id"),
+        "round": diagnosis.get("round"),
+        "png": f"{did}.png",
+        "gif": f"{did}.gif",
+        "frames": [label for label, _ in kf.frames],
+        "matches": kf.matches,
+        "differences": list(kf.differences),
+        "recorded": kf.recorded,
+        "resimulated": kf.resimulated,
+    }
+    index = folder / INDEX
+    rows = json.loads(index.read_text()) if index.is_file() else []
+    rows = [r for r in rows if r.get("diagnosis_id") != did] + [row]
+    index.write_text(json.dumps(rows, indent=1, default=str) + "\n")
+    return row
 
 
 def default_sft_dir(run_dir: str | Path) -> Path | None:

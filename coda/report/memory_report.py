@@ -183,12 +183,18 @@ def keyframes_html(kf, diagnosis: dict[str, Any]) -> str:
 
 
 def scene_renderer(
-    data_dir: str | Path, image_size: int, limit: int = MAX_IMAGES, keyframes: Callable | None = None
+    data_dir: str | Path,
+    image_size: int,
+    limit: int = MAX_IMAGES,
+    keyframes: Callable | None = None,
+    keyframes_dir: str | Path | None = None,
 ) -> Callable[..., str]:
     """``render(spec_json, diagnosis=None, rollout=None)`` -> an ``<img>``: with `keyframes` (a
     `coda.report.keyframes.KeyframeRenderer`) and a diagnosis, keyframes of the failing rollout re-simulated
-    from the run's checkpoint; else (or when the checkpoint is missing) the scene's initial front and side
-    views. A note instead once `limit` images are on the page, or when the scene does not render."""
+    from the run's checkpoint (also saved as files in `keyframes_dir`, when given:
+    `coda.report.keyframes.save_keyframes`); else (or when the checkpoint is missing) the scene's initial
+    front and side views. A note instead once `limit` images are on the page, or when the scene does not
+    render."""
     from coda.report.render import render_views
     from coda.sim.scene import SceneSpec
 
@@ -207,6 +213,10 @@ def scene_renderer(
                 note = f"could not re-simulate the rollout: {type(err).__name__}: {err}"
             if kf is not None and kf.frames:
                 count += 1
+                if keyframes_dir is not None:
+                    from coda.report.keyframes import save_keyframes
+
+                    save_keyframes(kf, diagnosis, keyframes_dir)
                 return keyframes_html(kf, diagnosis)
             note = note or "no checkpoint to re-simulate the rollout with: the scene's initial state"
         note = f'<p class="note">{esc(note)}</p>' if note else ""
@@ -521,11 +531,14 @@ def build_report(
     params: str | Path = "params.yaml",
     sft_dir: str | Path | None = None,
     resimulate: bool = True,
+    keyframes_dir: str | Path | None = None,
 ) -> Path:
     """Write the report of the run `run_dir` to `out`; returns its path. With `resimulate`, each example
     failure shows keyframes of its rollout re-simulated from the run's checkpoints (`coda.report.keyframes`;
     the world settings from `params`' profile, round 1's actor from `sft_dir`, by default the pipeline's
-    runs/sft); without, or where that is impossible, the failing scene's initial state."""
+    runs/sft), also saved as PNG and GIF files with a ``keyframes.json`` index in `keyframes_dir` (default:
+    ``<out stem>_keyframes/`` beside the page); without, or where that is impossible, the failing scene's
+    initial state."""
     if image_size < 1:
         raise UserError(f"--image-size: expected pixels >= 1, got {image_size}")
     run = load_run(run_dir)
@@ -535,17 +548,22 @@ def build_report(
         no_images = f"no scene images: the data folder {data_dir}/ is missing (pass --data, e.g. scenes)"
     elif max_images <= 0:
         no_images = "no scene images (image limit 0)"
+    out = Path(out)
+    if keyframes_dir is None:
+        keyframes_dir = out.with_name(f"{out.stem}_keyframes")
+    keyframes_dir = Path(keyframes_dir)
+    if (keyframes_dir / "keyframes.json").is_file():  # a new report replaces the old one's keyframes
+        (keyframes_dir / "keyframes.json").unlink()
     keyframes = None
     if not no_images:
         if resimulate:
             keyframes = _keyframe_renderer(run_dir, data_dir, params, sft_dir, image_size)
-        render = scene_renderer(data_dir, image_size, max_images, keyframes)
+        render = scene_renderer(data_dir, image_size, max_images, keyframes, keyframes_dir)
     try:
         text = page(run, render, no_images)
     finally:
         if keyframes is not None:
             keyframes.close()
-    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
     return out
