@@ -142,3 +142,15 @@ def test_summary_writes_numbers_only_topics_and_long_curves(tmp_path):
         ("2", "coda"),
     ]
     assert all(all(r.values()) for r in rows)  # long format: no blank cells
+
+
+def test_the_sft_table_profile_comes_from_the_lock_without_runs(tmp_path):
+    """A fresh clone has dvc.lock and metrics/sft.json but no runs/: the profile is the sft stage's."""
+    from coda.report.main_results import locked_profile
+
+    assert locked_profile(tmp_path, "sft") == "?"
+    (tmp_path / "dvc.lock").write_text(
+        "schema: '2.0'\nstages:\n  sft:\n    params:\n      params.yaml:\n        base.profile: cpu\n"
+    )
+    assert locked_profile(tmp_path, "sft") == "cpu"
+    assert locked_profile(tmp_path, "table1@coda-0") == "?"

@@ -101,8 +101,23 @@ def figure3_rounds(runs: Runs, out: Path) -> list[Path]:
     return save_figure(fig, out, "figure3_rounds")
 
 
+def locked_profile(project: Path, stage: str) -> str:
+    """The profile (``base.profile``) that `stage` last ran with, from the project's dvc.lock; "?" when the
+    lock or the stage is missing. A fresh clone has the lock (and the sft stage's metric file) but no runs."""
+    import yaml
+
+    try:
+        lock = yaml.safe_load((project / "dvc.lock").read_text())
+        return str(lock["stages"][stage]["params"]["params.yaml"]["base.profile"])
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return "?"
+
+
 def sft_baseline(runs: Runs, out: Path) -> Table:
-    t = Table("sft_baseline", "SFT baseline: success of the starting policy", runs.profile())
+    profile = runs.profile()
+    if profile == "?":  # no run directory here: the profile the sft stage ran with
+        profile = locked_profile(runs.root.parent, "sft")
+    t = Table("sft_baseline", "SFT baseline: success of the starting policy", profile)
     # metrics/sft.json is the sft stage's tracked metric file; runs/sft/metrics.json is the same, untracked
     candidates = [runs.root.parent / "metrics" / "sft.json", runs.root / "sft" / "metrics.json"]
     path = next((p for p in candidates if p.is_file()), None)
