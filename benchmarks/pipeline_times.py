@@ -2,8 +2,10 @@
 
 Two sources, side by side:
 * ``--log FILE``: a tab-separated log of ``dvc repro -s STAGE`` calls (stage, wall seconds, exit status, end
-  time), as `docs/pipeline_times.tsv` records them for the committed `cpu` results; a stage that ran more than
-  once counts its last successful run.
+  time, and "ran" or "cached"), as `docs/pipeline_times.tsv` records them for the committed `cpu` results; a stage
+  that ran more than once counts its last successful run, and one logged only as up to date ("cached") counts the
+  timings its metrics file records (``metrics/<stage>.json``: the sum of its top-level ``*_s`` keys), listed
+  under ``from_metrics``.
 * the run directories under ``runs/`` themselves: every co-evolution run's rounds (``rounds.json``: wall seconds
   and their split by phase, ``time_s``), so a run's cost can be read from its outputs alone.
 
@@ -21,14 +23,29 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def from_log(path: Path) -> dict[str, float]:
-    """stage -> wall seconds of its last successful `dvc repro -s` call."""
-    out: dict[str, float] = {}
+def from_log(path: Path) -> tuple[dict[str, float], set[str]]:
+    """(stage -> wall seconds of its last successful `dvc repro -s` call that ran it, stages only ever skipped)."""
+    ran: dict[str, float] = {}
+    skipped: set[str] = set()
     with path.open() as fh:
         for row in csv.reader(fh, delimiter="\t"):
-            if len(row) >= 3 and row[2] == "0":
-                out[row[0]] = float(row[1])
-    return out
+            if len(row) < 3 or row[2] != "0":
+                continue
+            if len(row) >= 5 and row[4] == "cached":
+                skipped.add(row[0])
+            else:
+                ran[row[0]] = float(row[1])
+    return ran, skipped - set(ran)
+
+
+def from_metrics(stage: str, root: Path) -> float | None:
+    """The sum of the top-level `*_s` timings in `root/<stage>.json`, or None without such a file or keys."""
+    path = root / f"{stage}.json"
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    parts = [v for k, v in data.items() if k.endswith("_s") and isinstance(v, (int, float))]
+    return float(sum(parts)) if parts else None
 
 
 def from_runs(root: Path) -> dict[str, dict]:
@@ -54,10 +71,14 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--log", default=None, help="TSV of dvc repro -s calls (stage, seconds, rc, end time)")
     ap.add_argument("--runs", default="runs")
+    ap.add_argument("--metrics", default="metrics", help="where a skipped stage's own timings are read")
     args = ap.parse_args()
     result: dict = {"runs": from_runs(Path(args.runs))}
     if args.log:
-        stages = from_log(Path(args.log))
+        stages, skipped = from_log(Path(args.log))
+        estimated = {name: from_metrics(name, Path(args.metrics)) for name in sorted(skipped)}
+        stages.update({name: s for name, s in estimated.items() if s is not None})
+        result["from_metrics"] = sorted(name for name, s in estimated.items() if s is not None)
         groups: dict[str, float] = defaultdict(float)
         for name, s in stages.items():
             groups[name.split("@")[0]] += s

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run dvc stages one at a time, in the order given (default: every stage in dvc.yaml's order), appending
-# "stage <TAB> wall seconds <TAB> exit status <TAB> end time (UTC)" per stage to $LOG (default
-# docs/pipeline_times.tsv); stops at the first failure. A stage that is up to date takes a second, so the same
-# call resumes an interrupted reproduction; `python benchmarks/pipeline_times.py --log $LOG` sums it up.
+# "stage <TAB> wall seconds <TAB> exit status <TAB> end time (UTC) <TAB> ran|cached" per stage to $LOG (default
+# docs/pipeline_times.tsv); stops at the first failure. A stage that is up to date takes a second and is logged
+# "cached", so the same call resumes an interrupted reproduction; `python benchmarks/pipeline_times.py --log $LOG`
+# sums the stages' last runs.
 #   benchmarks/repro_timed.sh                      # the whole pipeline
 #   benchmarks/repro_timed.sh sft table1@coda-0    # chosen stages (their dependencies must be up to date)
 set -uo pipefail
@@ -15,8 +16,12 @@ if [ ${#stages[@]} -eq 0 ]; then
 fi
 for st in "${stages[@]}"; do
     t0=$(date +%s)
-    dvc repro -s "$st"
-    rc=$?
-    printf '%s\t%s\t%s\t%s\n' "$st" "$(( $(date +%s) - t0 ))" "$rc" "$(date -u +%FT%TZ)" >> "$LOG"
+    out=$(mktemp)
+    dvc repro -s "$st" 2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
+    how=cached
+    grep -q "^Running stage" "$out" && how=ran
+    rm -f "$out"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$st" "$(( $(date +%s) - t0 ))" "$rc" "$(date -u +%FT%TZ)" "$how" >> "$LOG"
     [ $rc -eq 0 ] || { echo "stage $st failed (exit $rc)" >&2; exit $rc; }
 done
