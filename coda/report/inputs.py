@@ -67,8 +67,8 @@ RUN_INPUTS: dict[str, Callable[[Path, object], list[Path]]] = {
     "figure5_memory_snapshots": lambda r, ex: [*_variants(r, ex, "complementarity"), *_seed0(r, "coda")],
     "table6_family_transfer": lambda r, ex: [*_variants(r, ex, "table6"), *_seed0(r, "coda")],
     "table7_backbone_transfer": lambda r, ex: [
-        *_runs(r, "backbone/sft_b", "backbone/reuse_b"),
-        *_seed0(r, "coda"),
+        *_runs(r, "backbone/sft_b", "backbone/reuse_b", "backbone/coda_b", "backbone/reuse_a"),
+        *_seed0(r, "coda", "sft"),
     ],
     "table8_generation_quality": lambda r, ex: _seed0(r, "coda", "uniform"),
     "table9_compute": lambda r, ex: [*_variants(r, ex, "table9"), *_table1(r, ex)],

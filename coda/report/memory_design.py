@@ -207,9 +207,7 @@ def table6_family_transfer(runs: Runs, out: Path) -> Table:
 
 def table7_backbone_transfer(runs: Runs, out: Path) -> Table:
     t = Table("table7_backbone_transfer", "Table 7: memory reuse across policy backbones", runs.profile())
-    sft_b, reuse_b = runs.backbone.get("sft_b"), runs.backbone.get("reuse_b")
-    s_sft = stat(rows_at([sft_b], None)) if sft_b else stat([])
-    s_reuse = stat(rows_at([reuse_b], None)) if reuse_b else stat([])
+    bb = runs.backbone
     meta = next(
         (
             p
@@ -219,33 +217,44 @@ def table7_backbone_transfer(runs: Runs, out: Path) -> Table:
         runs.root / "sft_b" / "metrics.json",
     )
     backbone_b = json.loads(meta.read_text()).get("backbone") if meta.is_file() else None
-    t.add("backbone B after SFT", fmt(s_sft), paper.TABLE7["sft_b"], rank=s_sft["mean"])
-    t.add(
-        "backbone B + frozen CoDA memory (no new generation)",
-        fmt(s_reuse),
-        paper.TABLE7["reuse_b"],
-        rank=s_reuse["mean"],
+    coda_a, coda_b = runs.seed_run("coda"), bb.get("coda_b")
+    # (receiving backbone, memory source, its SFT, its reuse of the source's frozen memory, the source's CoDA
+    # run, the receiving backbone's own CoDA run, the paper's keys)
+    directions = (
+        ("B", "A", bb.get("sft_b"), bb.get("reuse_b"), coda_a, coda_b, "sft_b", "reuse_b", "gain"),
+        ("A", "B", runs.seed_run("sft"), bb.get("reuse_a"), coda_b, coda_a, None, None, None),
     )
-    gain = paired_episodes(reuse_b.at(None), sft_b.at(None)) if sft_b and reuse_b else None
-    t.add(
-        "gain from reused memory (points)",
-        fmt(gain, signed=True) if gain else "not run",
-        paper.TABLE7["gain"],
-    )
-    a_sft, a_coda = runs.seed_run("sft"), runs.seed_run("coda")
-    for label, run in (
-        ("backbone A (primary) after SFT", a_sft),
-        ("backbone A + CoDA (memory source)", a_coda),
-    ):
-        s = stat(rows_at([run], None)) if run else stat([])
-        t.add(label, fmt(s), None)
+    for to, source, sft, reuse, full, own, k_sft, k_reuse, k_gain in directions:
+        s_sft, s_reuse = (stat(rows_at([x], None)) if x else stat([]) for x in (sft, reuse))
+        t.add(f"backbone {to} after SFT", fmt(s_sft), paper.TABLE7.get(k_sft), rank=s_sft["mean"])
+        t.add(
+            f"backbone {to} + frozen CoDA memory of backbone {source} (no new generation)",
+            fmt(s_reuse),
+            paper.TABLE7.get(k_reuse),
+            rank=s_reuse["mean"],
+        )
+        gain = paired_episodes(reuse.at(None), sft.at(None)) if sft and reuse else None
+        t.add(
+            f"backbone {to}: gain from reused memory (points)",
+            fmt(gain, signed=True) if gain else "not run",
+            paper.TABLE7.get(k_gain),
+        )
+        s_full = stat(rows_at([full], None)) if full else stat([])
+        t.add(f"backbone {source} + CoDA (the memory's source run)", fmt(s_full), None)
+        vs_own = paired_episodes(reuse.at(None), own.at(None)) if own and reuse else None
+        t.add(
+            f"backbone {to}: reused memory − its own CoDA run (points)",
+            fmt(vs_own, signed=True) if vs_own else "not run",
+            "within ±2",
+        )
     t.notes.append(
         "Backbone A is the profile's `sft.backbone`; backbone B is `experiments.backbone_b` (here "
-        f"{backbone_b or 'see params.yaml'}), trained by SFT on the same planner demonstrations and then by "
-        "`memory_reuse`: replaying the frozen memory of CoDA seed 0 (its scenes and training programs), with "
-        "no environment generation. Both rows are evaluated on Table 1's final episodes; the gain is paired over "
-        "them (± s.e. over episodes, one seed). One direction only (A's memory to B): the other needs a CoDA run "
-        "of backbone B (5 rounds of flow-matching AWR, about 30 minutes here), which does not fit the cpu budget."
+        f"{backbone_b or 'see params.yaml'}), trained by SFT on the same planner demonstrations. Each direction "
+        "trains one backbone by `memory_reuse`: replaying the frozen memory of the other backbone's CoDA run "
+        "(seed 0; its scenes and training programs), with no environment generation. Every row is evaluated on "
+        "Table 1's final episodes; gains are paired over them (± s.e. over episodes, one seed). The paper gives "
+        "numbers for A's memory reused by B (3.8 → 21.1) and says that, in both directions, reuse ends within "
+        "two points of full CoDA."
     )
     t.write(out, check_order=False)
     return t

@@ -1,7 +1,7 @@
 """Reading finished runs for the report: per-round evaluations, seeds, paired episode outcomes.
 
 The pipeline lays runs out as ``runs/table1/<method>-<seed>``, ``runs/ablation/<variant>``,
-``runs/long/<method>`` and ``runs/backbone/{sft_b,reuse_b}`` (see dvc.yaml); every run directory holds
+``runs/long/<method>`` and ``runs/backbone/{sft_b,reuse_b,coda_b,reuse_a}`` (see dvc.yaml); every run directory holds
 ``run.json`` (method, seed, profile, settings, git SHA), ``rounds.json`` (one metrics row per round) and
 ``metrics.json`` (the last row). A run that has not finished is reported as missing, never guessed.
 """
