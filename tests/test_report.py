@@ -154,3 +154,33 @@ def test_the_sft_table_profile_comes_from_the_lock_without_runs(tmp_path):
     )
     assert locked_profile(tmp_path, "sft") == "cpu"
     assert locked_profile(tmp_path, "table1@coda-0") == "?"
+
+
+def test_the_refinement_note_counts_refined_training_programs_in_the_snapshot(tmp_path):
+    from coda.memory.programs import validate_program
+    from coda.memory.store import Memory, save_snapshot, snapshot_path
+    from coda.report.ablations import refinement_note
+
+    def training(k, refinements):
+        doc = validate_program(
+            {
+                "kind": "training",
+                "family": "pick_place",
+                "potential": {"family": "pick_place", "variant": "bin", "potential": "zero", "subgoals": []},
+                "tools": {"planner_demos": k},
+            }
+        )
+        doc["potential"]["refinements"] = refinements
+        return doc
+
+    run = _run(tmp_path, "coda-0", 0, "1010")
+    mem = Memory()
+    mem.add_program(training(1, []))
+    save_snapshot(mem, snapshot_path(tmp_path, 3), round=3)
+    assert "0 of 1 training programs" in refinement_note(run, 3)
+    assert "cannot differ" in refinement_note(run, 3)
+    mem.add_program(training(2, [{"history_len": 3}]))
+    save_snapshot(mem, snapshot_path(tmp_path, 4), round=4)
+    note = refinement_note(run, 4)
+    assert "1 of 2 training programs" in note and "cannot differ" not in note
+    assert refinement_note(run, 5) is None  # no snapshot of that round
