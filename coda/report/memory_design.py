@@ -14,7 +14,7 @@ import numpy as np
 
 from coda.report import paper
 from coda.report.common import ablation_round, pyplot, save_figure, single_seed_note, stat_at
-from coda.report.runs import RunResult, Runs, fmt, paired_episodes, rows_at, stat
+from coda.report.runs import RunResult, Runs, fmt, paired_episodes
 from coda.report.tables import Table
 
 
@@ -225,7 +225,7 @@ def table7_backbone_transfer(runs: Runs, out: Path) -> Table:
         ("A", "B", runs.seed_run("sft"), bb.get("reuse_a"), coda_b, coda_a, None, None, None),
     )
     for to, source, sft, reuse, full, own, k_sft, k_reuse, k_gain in directions:
-        s_sft, s_reuse = (stat(rows_at([x], None)) if x else stat([]) for x in (sft, reuse))
+        s_sft, s_reuse = stat_at(sft, None), stat_at(reuse, None)
         t.add(f"backbone {to} after SFT", fmt(s_sft), paper.TABLE7.get(k_sft), rank=s_sft["mean"])
         t.add(
             f"backbone {to} + frozen CoDA memory of backbone {source} (no new generation)",
@@ -239,7 +239,7 @@ def table7_backbone_transfer(runs: Runs, out: Path) -> Table:
             fmt(gain, signed=True) if gain else "not run",
             paper.TABLE7.get(k_gain),
         )
-        s_full = stat(rows_at([full], None)) if full else stat([])
+        s_full = stat_at(full, None)
         t.add(f"backbone {source} + CoDA (the memory's source run)", fmt(s_full), None)
         vs_own = paired_episodes(reuse.at(None), own.at(None)) if own and reuse else None
         t.add(
