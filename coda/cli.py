@@ -164,10 +164,11 @@ def _parser() -> argparse.ArgumentParser:
 
     add_libero_commands(sub)
 
-    from coda.maintenance import add_compare_command, add_prune_command
+    from coda.maintenance import add_compare_command, add_prune_command, add_record_command
 
     add_prune_command(sub)
     add_compare_command(sub)
+    add_record_command(sub)
 
     from coda.report.cli import add_render_command, add_report_commands
 
@@ -312,6 +313,10 @@ def run(argv: list[str] | None = None) -> int:
         from coda.maintenance import run_compare_command
 
         return run_compare_command(args)
+    elif args.cmd == "record":
+        from coda.maintenance import run_record_command
+
+        return run_record_command(args)
     elif args.cmd == "bench":
         bench = Path(__file__).resolve().parent.parent / "benchmarks" / "sim_throughput.py"
         return subprocess.call([sys.executable, str(bench), "--json", "--data", args.data])

@@ -26,6 +26,14 @@ after dropping what differs between identical runs — wall and CPU seconds and 
 snapshots (their manifests hash every file) and checkpoints are compared as bytes.
 
     $ coda compare runs/coda-0 /elsewhere/coda-0     # exit 0 when identical, 1 with the differing files
+
+`record` copies what a finished run's results are — every top-level file (``run.json``, ``rounds.json``,
+``metrics.json``, ``train_log.csv``) and the complete memory snapshots — without its checkpoints and actor
+(a few hundred kB instead of tens of MB). The pipeline keeps these records in git (``records/``, see
+dvc.yaml), so the report, the notebooks and the memory's readers work on a fresh clone, and a finished stage's
+results survive a machine that loses the DVC cache.
+
+    $ coda record runs/table1/coda-0 records/table1/coda-0
 """
 
 from __future__ import annotations
@@ -138,6 +146,57 @@ def prune(run_dir: str | Path, keep: int = 1, dry_run: bool = False) -> dict[str
         "removed": [p.relative_to(run_dir).as_posix() for p in victims],
         "freed_bytes": freed,
     }
+
+
+# -- `coda record` ------------------------------------------------------------------------------------------
+def record(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
+    """Copy finished run `run_dir`'s results into `out` (replaced as a whole, written under a temporary name and
+    renamed): its top-level files and its complete memory snapshots, not the checkpoints (``rounds/``), the
+    workers' actor or any other directory. Refuses a run without ``metrics.json`` (not finished)."""
+    run_dir, out = Path(run_dir), Path(out)
+    if not (run_dir / "metrics.json").is_file():
+        raise FileNotFoundError(f"{run_dir}: not a finished run (no metrics.json)")
+    files = [p for p in sorted(run_dir.iterdir()) if p.is_file() and not p.is_symlink()]
+    snapshots = [
+        p
+        for p in sorted((run_dir / "memory").iterdir() if (run_dir / "memory").is_dir() else ())
+        if p.is_dir() and _SNAPSHOT.fullmatch(p.name) and not p.name.startswith(".")
+    ]
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for p in files:
+        shutil.copy2(p, tmp / p.name)
+    for p in snapshots:
+        shutil.copytree(p, tmp / "memory" / p.name)
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return {
+        "run_dir": str(run_dir),
+        "out": str(out),
+        "files": [p.name for p in files],
+        "snapshots": [p.name for p in snapshots],
+        "bytes": _size(out),
+    }
+
+
+def add_record_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``record RUN_DIR OUT`` to the ``coda`` subparsers."""
+    p = subparsers.add_parser(
+        "record", help="copy a finished run's results (records and memory snapshots, no checkpoints) to OUT"
+    )
+    p.add_argument("run_dir", help="a finished run directory written by `coda run`")
+    p.add_argument("out", help="the record's directory (replaced)")
+    return p
+
+
+def run_record_command(args: argparse.Namespace) -> int:
+    try:
+        report = record(args.run_dir, args.out)
+    except FileNotFoundError as err:
+        raise UserError(str(err)) from None
+    print(json.dumps(report))
+    return 0
 
 
 # -- `coda prune` -------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""On a fresh clone (no runs/, no data/), running any notebook changes no tracked file and says what is missing:
-every artifact whose inputs are absent is left as committed (coda.report.inputs)."""
+"""On a fresh clone (no runs/, no data/; the runs' records/ as committed), running any notebook changes no tracked
+file and says what is missing: every artifact whose inputs are absent is left as committed (coda.report.inputs),
+and one whose inputs are all tracked is rebuilt byte for byte."""
 
 from __future__ import annotations
 
@@ -47,6 +48,6 @@ def test_a_notebook_on_a_fresh_clone_changes_no_tracked_file(clone, name, tmp_pa
     artifacts = SECTIONS.get(name[:2])
     if artifacts is not None:
         monkeypatch.chdir(clone)
-        if not any(inputs.missing(a, "runs", "data") for a in artifacts):
-            return  # every input is tracked (02: metrics/sft.json), so it built and has nothing to report
+        if not any(inputs.missing(a, "records", "data") for a in artifacts):
+            return  # every input is tracked (metrics/, records/), so it built (the same bytes) and has nothing to report
     assert "missing" in text or "not built" in text or "no LIBERO runs" in text, name

@@ -159,7 +159,7 @@ def learning_speed(runs: Runs, out: Path, data_dir: str | Path = "data") -> dict
             ax.plot(x, y, marker="o", label=label)
     ax.set_xlabel("policy updates")
     ax.set_ylabel("ID success (%)")
-    agreement = critic_agreement(runs)
+    agreement = read_agreement(runs.root)
     title = "Learning speed: ID success vs policy updates"
     if agreement.get("agreement") is not None:
         title += f" (critics agree on {agreement['agreement']:.0f}% of chunk choices)"
@@ -171,6 +171,25 @@ def learning_speed(runs: Runs, out: Path, data_dir: str | Path = "data") -> dict
         json.dumps({**agreement, **updates_to_reach(runs)}, indent=1) + "\n"
     )
     return agreement
+
+
+AGREEMENT_FILE = "critic_agreement.json"  # beside the runs' records (dvc.yaml's critic_agreement stage)
+
+
+def read_agreement(root: Path) -> dict[str, Any]:
+    """`critic_agreement` as the pipeline recorded it in `root` (the records folder); unknown when absent."""
+    path = Path(root) / AGREEMENT_FILE
+    if not path.is_file():
+        return {"agreement": None, "n": 0}
+    return json.loads(path.read_text())
+
+
+def write_agreement(runs: Runs, out: Path) -> dict[str, Any]:
+    """Compute `critic_agreement` from full run directories (it needs their critics and replay) into `out`."""
+    result = critic_agreement(runs)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(result, indent=1) + "\n")
+    return result
 
 
 def critic_agreement(runs: Runs, n_states: int = 256) -> dict[str, Any]:

@@ -77,13 +77,14 @@ def _libero(name: str):
 SECTIONS["10"] = ["table2_libero_pro", "libero_planner"]
 BUILDERS.update({name: _libero(name) for name in SECTIONS["10"]})
 BUILDERS["summary"] = summary
+RECORDS = "records"  # the runs' records (`coda record`: results without checkpoints, in git; see dvc.yaml)
 BUILDERS["index"] = index  # not a paper artifact: the pipeline's metric files (written to metrics/)
 DATA_BUILDERS = {"figure6_gallery", "learning_speed", "table8_generation_quality"}
 
 
 def build(
     name: str,
-    runs_dir: str | Path = "runs",
+    runs_dir: str | Path = RECORDS,
     figures_dir: str | Path = "figures",
     data_dir: str | Path = "data",
 ):
@@ -98,7 +99,7 @@ def build(
     return BUILDERS[name](runs, Path(figures_dir), **kwargs)
 
 
-def build_section(section: str, runs_dir="runs", figures_dir="figures", data_dir="data") -> dict[str, Any]:
+def build_section(section: str, runs_dir=RECORDS, figures_dir="figures", data_dir="data") -> dict[str, Any]:
     """Build a notebook section's artifacts. One whose inputs are missing is left as it is in the committed
     figures/ (the notebook prints one line naming them; see `coda.report.inputs`)."""
     built = {}

@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 
 def add_report_commands(sub) -> None:
-    rep = sub.add_parser("report", help="build the paper's tables and figures from runs/ into figures/")
-    rep.add_argument("what", nargs="?", default="all", help="a table/figure name, a notebook section, or all")
-    rep.add_argument("--runs", default="runs")
+    rep = sub.add_parser(
+        "report", help="build the paper's tables and figures from the runs' records/ into figures/"
+    )
+    rep.add_argument(
+        "what",
+        nargs="?",
+        default="all",
+        help="a table/figure name, a notebook section, all; or agreement (the critics' agreement, from runs/)",
+    )
+    rep.add_argument(
+        "--runs",
+        default=None,
+        help="the runs' records (default records/: `coda record` copies, in git) or run directories "
+        "(default runs/ for agreement)",
+    )
+    rep.add_argument("--out", default=None, help="agreement: the JSON file to write")
     rep.add_argument("--figures", default="figures")
     rep.add_argument("--data", default="data")
 
@@ -79,4 +94,12 @@ def run_render_command(args: argparse.Namespace) -> int:
 def run_report_command(args: argparse.Namespace) -> int:
     from coda.report import build
 
+    if args.what == "agreement":
+        from coda.report.ablations import AGREEMENT_FILE, write_agreement
+        from coda.report.runs import Runs
+
+        runs = Runs.load(args.runs or "runs")
+        print(json.dumps(write_agreement(runs, Path(args.out or Path("records") / AGREEMENT_FILE))))
+        return 0
+    args.runs = args.runs or build.RECORDS
     return build.main(args)

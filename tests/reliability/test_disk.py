@@ -130,3 +130,32 @@ def test_compare_runs_ignores_timings_only(tmp_path):
         [sys.executable, "-m", "coda", "compare", str(a), str(b)], capture_output=True, text=True, cwd=ROOT
     )
     assert out.returncode == 1 and json.loads(out.stdout)["identical"] == 1  # run.json
+
+
+def test_record_keeps_the_results_without_checkpoints_and_reads_like_the_run(coda, reference_run, tmp_path):
+    from coda.maintenance import record
+    from coda.memory.store import resolve_snapshot
+    from coda.report.runs import load_run
+
+    rec = tmp_path / "records" / "coda-0"
+    report = json.loads(coda("record", reference_run, rec).stdout)
+    assert sorted(p.name for p in rec.iterdir()) == sorted([*report["files"], "memory"])
+    assert {"run.json", "rounds.json", "metrics.json", "train_log.csv"} <= set(report["files"])
+    assert report["snapshots"] == ["round-0001", "round-0002"]
+    assert not (rec / "rounds").exists() and not (rec / "actor").exists()
+    usage = run_usage(reference_run)
+    assert report["bytes"] < usage["total_bytes"] - usage["by_kind"]["checkpoints"]
+    # the report reads the record as it reads the run; the memory (for reuse) is the same snapshot, verified
+    a, b = load_run(reference_run), load_run(rec)
+    assert (a.run, a.rounds, a.metrics) == (b.run, b.rounds, b.metrics)
+    assert compare_runs(resolve_snapshot(reference_run), resolve_snapshot(rec))["different"] == []
+    load_snapshot(resolve_snapshot(rec))
+    # replaced as a whole on a re-record; an unfinished run is refused by name and leaves the record alone
+    (rec / "stale").write_text("x")
+    record(reference_run, rec)
+    assert not (rec / "stale").exists()
+    unfinished = tmp_path / "unfinished"
+    unfinished.mkdir()
+    res = coda("record", unfinished, rec, check=False)
+    assert res.returncode == 2 and "not a finished run (no metrics.json)" in res.stderr
+    assert (rec / "metrics.json").is_file()
