@@ -6,6 +6,8 @@
 # sums the stages' last runs.
 #   benchmarks/repro_timed.sh                      # the whole pipeline
 #   benchmarks/repro_timed.sh sft table1@coda-0    # chosen stages (their dependencies must be up to date)
+#   COMMIT=1 benchmarks/repro_timed.sh ...         # also commit each stage that ran: dvc.lock and its git-tracked
+#                                                  # outputs (records/, metrics/, figures/, ...), only those paths
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export DVC_NO_ANALYTICS=1 PATH="$PWD/.venv/bin:$PATH"
@@ -22,6 +24,15 @@ for st in "${stages[@]}"; do
     how=cached
     grep -q "^Running stage" "$out" && how=ran
     rm -f "$out"
-    printf '%s\t%s\t%s\t%s\t%s\n' "$st" "$(( $(date +%s) - t0 ))" "$rc" "$(date -u +%FT%TZ)" "$how" >> "$LOG"
+    secs=$(( $(date +%s) - t0 ))
+    printf '%s\t%s\t%s\t%s\t%s\n' "$st" "$secs" "$rc" "$(date -u +%FT%TZ)" "$how" >> "$LOG"
     [ $rc -eq 0 ] || { echo "stage $st failed (exit $rc)" >&2; exit $rc; }
+    if [ -n "${COMMIT:-}" ] && [ "$how" = ran ]; then
+        paths=()
+        for p in dvc.lock "$LOG" records metrics figures notebooks/executed runs/sft/policy runs/sft_b/policy; do
+            { [ -e "$p" ] || git ls-files --error-unmatch "$p" >/dev/null 2>&1; } && paths+=("$p")
+        done
+        git add -A -- "${paths[@]}" && git commit -q -m "Pipeline: $st done ($secs s)" -- "${paths[@]}" ||
+            echo "nothing to commit for $st" >&2
+    fi
 done
