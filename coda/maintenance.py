@@ -27,8 +27,8 @@ snapshots (their manifests hash every file) and checkpoints are compared as byte
 
     $ coda compare runs/coda-0 /elsewhere/coda-0     # exit 0 when identical, 1 with the differing files
 
-`record` copies what a finished run's results are — every top-level file (``run.json``, ``rounds.json``,
-``metrics.json``, ``train_log.csv``) and the complete memory snapshots — without its checkpoints and actor
+`record` copies what a finished run's results are — its top-level JSON and CSV files (``run.json``,
+``rounds.json``, ``metrics.json``, ``train_log.csv``) and the complete memory snapshots — without its checkpoints and actor
 (a few hundred kB instead of tens of MB). The pipeline keeps these records in git (``records/``, see
 dvc.yaml), so the report, the notebooks and the memory's readers work on a fresh clone, and a finished stage's
 results survive a machine that loses the DVC cache.
@@ -149,14 +149,21 @@ def prune(run_dir: str | Path, keep: int = 1, dry_run: bool = False) -> dict[str
 
 
 # -- `coda record` ------------------------------------------------------------------------------------------
+RECORD_SUFFIXES = (".json", ".csv")  # a run's top-level records and logs (not e.g. LIBERO SFT's demos.npz)
+
+
 def record(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
     """Copy finished run `run_dir`'s results into `out` (replaced as a whole, written under a temporary name and
-    renamed): its top-level files and its complete memory snapshots, not the checkpoints (``rounds/``), the
-    workers' actor or any other directory. Refuses a run without ``metrics.json`` (not finished)."""
+    renamed): its top-level JSON and CSV files and its complete memory snapshots, not the checkpoints
+    (``rounds/``), the workers' actor, any other directory or any other file. Refuses a run without ``metrics.json`` (not finished)."""
     run_dir, out = Path(run_dir), Path(out)
     if not (run_dir / "metrics.json").is_file():
         raise FileNotFoundError(f"{run_dir}: not a finished run (no metrics.json)")
-    files = [p for p in sorted(run_dir.iterdir()) if p.is_file() and not p.is_symlink()]
+    files = [
+        p
+        for p in sorted(run_dir.iterdir())
+        if p.is_file() and not p.is_symlink() and p.suffix in RECORD_SUFFIXES
+    ]
     snapshots = [
         p
         for p in sorted((run_dir / "memory").iterdir() if (run_dir / "memory").is_dir() else ())

@@ -152,8 +152,12 @@ def test_record_keeps_the_results_without_checkpoints_and_reads_like_the_run(cod
     load_snapshot(resolve_snapshot(rec))
     # replaced as a whole on a re-record; an unfinished run is refused by name and leaves the record alone
     (rec / "stale").write_text("x")
-    record(reference_run, rec)
-    assert not (rec / "stale").exists()
+    (reference_run / "demos.npz").write_bytes(b"not a record")  # a top-level file that is not JSON or CSV
+    try:
+        record(reference_run, rec)
+    finally:
+        (reference_run / "demos.npz").unlink()
+    assert not (rec / "stale").exists() and not (rec / "demos.npz").exists()
     unfinished = tmp_path / "unfinished"
     unfinished.mkdir()
     res = coda("record", unfinished, rec, check=False)
