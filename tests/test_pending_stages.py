@@ -1,0 +1,52 @@
+"""benchmarks/pending_stages.py: on a machine without the DVC cache, a finished stage (its results in git) is done,
+a stage that has not run or whose code changed is pending, and so is a finished stage whose lost output a pending
+stage needs."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("pending_stages", ROOT / "benchmarks" / "pending_stages.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_pending_stages_on_a_machine_without_the_cache():
+    mod = _load()
+    order = ["scenes", "sft", "table1@coda-0", "table1@uniform-0", "long@coda", "budget@coda-4", "summary"]
+    status = {
+        "scenes": [{"changed outs": {"scenes": "deleted"}}],
+        "table1@coda-0": [{"changed outs": {"runs/table1/coda-0": "deleted"}}],  # finished elsewhere
+        "table1@uniform-0": [  # never finished: its record is not in git either
+            {"changed outs": {"runs/table1/uniform-0": "deleted", "records/table1/uniform-0": "deleted"}}
+        ],
+        "long@coda": [  # continues coda-0's checkpoints, which this machine lacks
+            {"changed deps": {"runs/table1/coda-0": "deleted"}},
+            {"changed outs": {"runs/long/coda": "deleted", "records/long/coda": "deleted"}},
+        ],
+        "budget@coda-4": [{"changed deps": {"coda/coevolve": "modified"}}, "changed command"],
+        "summary": [{"changed deps": {"records/table1": "modified"}}],
+    }
+    ignored = {"scenes", "runs/table1/coda-0", "runs/table1/uniform-0", "runs/long/coda"}
+    assert mod.pending(status, order, ignored) == [
+        "table1@coda-0",
+        "table1@uniform-0",
+        "long@coda",
+        "budget@coda-4",
+        "summary",
+    ]
+    # nothing lost is needed: finished stages stay done, and an up-to-date pipeline has nothing pending
+    del status["long@coda"]
+    assert mod.pending(status, order, ignored) == ["table1@uniform-0", "budget@coda-4", "summary"]
+    assert mod.pending({}, order, ignored) == []
+
+
+def test_git_ignores_the_cached_outputs_and_keeps_the_records(monkeypatch):
+    mod = _load()
+    monkeypatch.chdir(ROOT)
+    paths = ["runs/table1/coda-0", "scenes", "records/table1/coda-0", "runs/sft/policy", "metrics/sft.json"]
+    assert mod._ignored(paths) == {"runs/table1/coda-0", "scenes"}
