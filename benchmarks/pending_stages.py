@@ -34,26 +34,26 @@ def _under(path: str, outs: list[str]) -> bool:
 
 def pending(status: dict, order: list[str], ignored: set[str]) -> list[str]:
     """Stages of `order` that must run: `status` is `dvc status --json`, `ignored` the paths of its missing
-    outputs that git ignores (the cached ones)."""
-    todo, lost = set(), {}  # lost: stage -> its missing cached outputs (done elsewhere)
-    needs: dict[str, list[str]] = {}  # stage -> deps reported missing or changed
+    outputs that git ignores (the cached ones). `order` is dvc.yaml's, upstream stages first."""
+    todo: set[str] = set()
+    lost: dict[str, list[str]] = {}  # stage done elsewhere -> its missing cached outputs
+    needs: dict[str, list[str]] = {}  # stage -> its missing dependencies
     for stage in order:
-        changes = status.get(stage)
-        if not changes:
-            continue
-        only_lost, missing = True, []
-        for entry in changes:
+        done = True
+        for entry in status.get(stage, []):
             if isinstance(entry, dict) and set(entry) == {"changed outs"}:
                 gone = entry["changed outs"]
                 if all(v == "deleted" for v in gone.values()) and set(gone) <= ignored:
-                    missing += list(gone)
+                    lost.setdefault(stage, []).extend(gone)
                     continue
-            if isinstance(entry, dict) and "changed deps" in entry:
-                needs[stage] = list(entry["changed deps"])
-            only_lost = False
-        if only_lost:
-            lost[stage] = missing
-        else:
+            if isinstance(entry, dict) and set(entry) == {"changed deps"}:
+                deps = entry["changed deps"]
+                needs[stage] = [d for d, v in deps.items() if v == "deleted"]
+                lost_outs = [o for outs in lost.values() for o in outs]
+                if len(needs[stage]) == len(deps) and all(_under(d, lost_outs) for d in deps):
+                    continue  # only outputs lost with a finished upstream stage are missing
+            done = False
+        if not done:
             todo.add(stage)
     changed = True
     while changed:  # a pending stage whose dependency is a lost output needs that output's stage again

@@ -20,9 +20,13 @@ def test_pending_stages_on_a_machine_without_the_cache():
     order = ["scenes", "sft", "table1@coda-0", "table1@uniform-0", "long@coda", "budget@coda-4", "summary"]
     status = {
         "scenes": [{"changed outs": {"scenes": "deleted"}}],
-        "table1@coda-0": [{"changed outs": {"runs/table1/coda-0": "deleted"}}],  # finished elsewhere
+        "table1@coda-0": [  # finished elsewhere: only its checkpoints and the scenes it read are missing here
+            {"changed deps": {"scenes": "deleted"}},
+            {"changed outs": {"runs/table1/coda-0": "deleted"}},
+        ],
         "table1@uniform-0": [  # never finished: its record is not in git either
-            {"changed outs": {"runs/table1/uniform-0": "deleted", "records/table1/uniform-0": "deleted"}}
+            {"changed deps": {"scenes": "deleted"}},
+            {"changed outs": {"runs/table1/uniform-0": "deleted", "records/table1/uniform-0": "deleted"}},
         ],
         "long@coda": [  # continues coda-0's checkpoints, which this machine lacks
             {"changed deps": {"runs/table1/coda-0": "deleted"}},
@@ -33,6 +37,7 @@ def test_pending_stages_on_a_machine_without_the_cache():
     }
     ignored = {"scenes", "runs/table1/coda-0", "runs/table1/uniform-0", "runs/long/coda"}
     assert mod.pending(status, order, ignored) == [
+        "scenes",  # needed again by the pending runs
         "table1@coda-0",
         "table1@uniform-0",
         "long@coda",
@@ -41,7 +46,9 @@ def test_pending_stages_on_a_machine_without_the_cache():
     ]
     # nothing lost is needed: finished stages stay done, and an up-to-date pipeline has nothing pending
     del status["long@coda"]
-    assert mod.pending(status, order, ignored) == ["table1@uniform-0", "budget@coda-4", "summary"]
+    assert mod.pending(status, order, ignored) == ["scenes", "table1@uniform-0", "budget@coda-4", "summary"]
+    del status["table1@uniform-0"]
+    assert mod.pending(status, order, ignored) == ["budget@coda-4", "summary"]  # they need no lost output
     assert mod.pending({}, order, ignored) == []
 
 
