@@ -85,8 +85,10 @@ def commit_all(repo: Path, message: str) -> Path:
 
 def prepare(repo: Path, *, libero: bool) -> Path:
     """A fresh copy of the project at `repo` on the smoke profile with Table 1 seed 0, committed to its own
-    git repository (no data/, no DVC remote); `libero=False` leaves the LIBERO stages out."""
+    git repository (no data/, no DVC remote, none of the committed `cpu` records); `libero=False` leaves the
+    LIBERO stages out."""
     copy_working_tree(repo)
+    shutil.rmtree(repo / "records", ignore_errors=True)  # the `cpu` runs' records: smoke writes its own
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["base"]["profile"] = "smoke"
     params["experiments"]["seeds"] = [0]
