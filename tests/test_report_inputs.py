@@ -57,3 +57,22 @@ def test_coda_report_without_runs_exits_with_one_line(fresh):
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "not built" in lines[0] and "missing" in lines[0], res.stderr
     assert [p.name for p in (fresh / "figures").iterdir()] == ["table1_main.md"]
+
+
+def test_coda_report_available_builds_only_what_has_all_its_inputs(fresh):
+    """Mid-pipeline: the SFT table (its metric files are there) is built; everything else is left as it is."""
+    (fresh / "metrics").mkdir()
+    shutil.copy(ROOT / "metrics" / "sft.json", fresh / "metrics" / "sft.json")
+    res = subprocess.run(
+        [sys.executable, "-m", "coda", "report", "available"],
+        cwd=fresh,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    built = [line for line in res.stdout.splitlines() if "left as it is" not in line]
+    assert built == ["sft_baseline"], res.stdout
+    assert "table1_main: left as it is (16 inputs missing, e.g. records/table1/sft-0)" in res.stdout
+    assert (fresh / "figures" / "table1_main.md").read_text() == "committed\n"
+    assert (fresh / "figures" / "sft_baseline.md").is_file()

@@ -15,7 +15,8 @@ def add_report_commands(sub) -> None:
         "what",
         nargs="?",
         default="all",
-        help="a table/figure name, a notebook section, all; or agreement (the critics' agreement, from runs/)",
+        help="a table/figure name, a notebook section, all, available (those whose inputs are all there); or "
+        "agreement (the critics' agreement, from runs/)",
     )
     rep.add_argument(
         "--runs",

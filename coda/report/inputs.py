@@ -70,7 +70,9 @@ RUN_INPUTS: dict[str, Callable[[Path, object], list[Path]]] = {
         *_runs(r, "backbone/sft_b", "backbone/reuse_b", "backbone/coda_b", "backbone/reuse_a"),
         *_seed0(r, "coda", "sft"),
     ],
-    "table8_generation_quality": lambda r, ex: _seed0(r, "coda", "uniform"),
+    "table8_generation_quality": lambda r, ex: _runs(
+        r, *(f"table1/{m}-{s}" for m in ("coda", "uniform") for s in ex.seeds)
+    ),  # every seed of both
     "table9_compute": lambda r, ex: [*_variants(r, ex, "table9"), *_table1(r, ex)],
     "table2_libero_pro": lambda r, ex: _runs(r, "libero/sft", "libero/coda"),
     "libero_planner": lambda r, ex: _runs(r, "libero/sft"),
