@@ -15,8 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
+import sys
 from pathlib import Path
+
+# the dvc beside this interpreter (the project's venv), else the one on PATH
+DVC = str(Path(sys.executable).with_name("dvc")) if Path(sys.executable).with_name("dvc").exists() else (shutil.which("dvc") or "dvc")
 
 
 def _ignored(paths: list[str]) -> set[str]:
@@ -75,10 +80,10 @@ def main() -> None:
     if args.status:
         status = json.loads(Path(args.status).read_text())
     else:
-        res = subprocess.run(["dvc", "status", "--json"], capture_output=True, text=True, check=True)
+        res = subprocess.run([DVC, "status", "--json"], capture_output=True, text=True, check=True)
         status = json.loads(res.stdout or "{}")
     order = subprocess.run(
-        ["dvc", "stage", "list", "--name-only"], capture_output=True, text=True, check=True
+        [DVC, "stage", "list", "--name-only"], capture_output=True, text=True, check=True
     ).stdout.split()
     missing = {
         path
