@@ -218,9 +218,14 @@ def _read_verified(root: Path, rel: str, info: dict[str, Any], limit: int, limit
     return data
 
 
+# _ARROW_THREADS: tables are read on the calling thread. Arrow's CPU pool would decode a few kB no faster, and its
+# workers can abort the interpreter at exit ("terminate called without an active exception", apache/arrow#34314):
+# seen once in CI, after `coda memory pull` had printed its result.
+
+
 def _parse_table(rel: str, name: str, data: bytes, n_rows: int) -> list[dict[str, Any]]:
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        table = pq.read_table(pa.BufferReader(data), use_threads=False)  # see _ARROW_THREADS
     except (pa.ArrowException, OSError, ValueError) as err:
         raise _fail(rel, f"not a readable Parquet file ({err})") from None
     want = arrow_schema(name)
@@ -256,7 +261,7 @@ def _check_programs_table(data: bytes, documents: dict[str, str]) -> None:
     """``tables/programs.parquet`` must hold exactly the rows `program_rows` derives from programs/*.json."""
     rel = PROGRAMS_FILE
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        table = pq.read_table(pa.BufferReader(data), use_threads=False)  # see _ARROW_THREADS
     except (pa.ArrowException, OSError, ValueError) as err:
         raise _fail(rel, f"not a readable Parquet file ({err})") from None
     got = table.schema.remove_metadata()
