@@ -121,7 +121,8 @@ def main(args: argparse.Namespace) -> int:
                 continue
             gone = inputs.missing(name, args.runs, data)
             if gone:
-                print(f"{name}: left as it is ({len(gone)} inputs missing, e.g. {gone[0]})")
+                noun = "inputs" if len(gone) > 1 else "input"
+                print(f"{name}: left as it is ({len(gone)} {noun} missing, e.g. {gone[0]})")
             else:
                 build(name, args.runs, args.figures, data)
                 print(name)
