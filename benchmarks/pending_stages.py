@@ -1,7 +1,8 @@
 """Which pipeline stages still have to run on this machine, in dvc.yaml's order; prints their names (or JSON).
 
 On a machine without the DVC cache of the one that ran them (no remote), `dvc status` lists every finished stage
-as changed: its cached outputs (``runs/...``) are "deleted". Such a stage is done all the same when its deps,
+as changed: its cached outputs (``runs/...``) are "deleted" (a cache without them) or "not in cache" (an empty
+cache, a fresh clone). Such a stage is done all the same when its deps,
 params and command are unchanged and every output that is missing is a cached one (git-ignored): its results
 are in git (``records/``, ``metrics/``, ``figures/``, and ``dvc.lock``). It has to run again only when a pending
 stage needs one of those missing outputs as a dependency (e.g. ``long@coda`` continues ``runs/table1/coda-0``).
@@ -22,6 +23,10 @@ from pathlib import Path
 
 # the dvc beside this interpreter (the project's venv), else the one on PATH
 DVC = str(Path(sys.executable).with_name("dvc")) if Path(sys.executable).with_name("dvc").exists() else (shutil.which("dvc") or "dvc")
+
+
+# how `dvc status` names an output or dependency that is not in the workspace
+GONE = ("deleted", "not in cache")
 
 
 def _ignored(paths: list[str]) -> set[str]:
@@ -48,12 +53,12 @@ def pending(status: dict, order: list[str], ignored: set[str]) -> list[str]:
         for entry in status.get(stage, []):
             if isinstance(entry, dict) and set(entry) == {"changed outs"}:
                 gone = entry["changed outs"]
-                if all(v == "deleted" for v in gone.values()) and set(gone) <= ignored:
+                if all(v in GONE for v in gone.values()) and set(gone) <= ignored:
                     lost.setdefault(stage, []).extend(gone)
                     continue
             if isinstance(entry, dict) and set(entry) == {"changed deps"}:
                 deps = entry["changed deps"]
-                needs[stage] = [d for d, v in deps.items() if v == "deleted"]
+                needs[stage] = [d for d, v in deps.items() if v in GONE]
                 lost_outs = [o for outs in lost.values() for o in outs]
                 if len(needs[stage]) == len(deps) and all(_under(d, lost_outs) for d in deps):
                     continue  # only outputs lost with a finished upstream stage are missing

@@ -57,3 +57,21 @@ def test_git_ignores_the_cached_outputs_and_keeps_the_records(monkeypatch):
     monkeypatch.chdir(ROOT)
     paths = ["runs/table1/coda-0", "scenes", "records/table1/coda-0", "runs/sft/policy", "metrics/sft.json"]
     assert mod._ignored(paths) == {"runs/table1/coda-0", "scenes"}
+
+
+def test_an_empty_cache_reports_not_in_cache_and_the_stage_is_still_done():
+    # a fresh clone's empty cache: dvc says "not in cache", not "deleted", for an output it cannot find anywhere
+    mod = _load()
+    order = ["table1@coda-0", "long@coda", "budget@coda-4"]
+    status = {
+        "table1@coda-0": [{"changed outs": {"runs/table1/coda-0": "not in cache"}}],
+        "budget@coda-4": [{"changed outs": {"runs/budget/coda-4": "not in cache"}}],
+    }
+    ignored = {"runs/table1/coda-0", "runs/budget/coda-4"}
+    assert mod.pending(status, order, ignored) == []
+    # never finished (its record is missing too), and it continues coda-0's checkpoints: both run
+    status["long@coda"] = [
+        {"changed deps": {"runs/table1/coda-0": "not in cache"}},
+        {"changed outs": {"runs/long/coda": "not in cache", "records/long/coda": "deleted"}},
+    ]
+    assert mod.pending(status, order, ignored | {"runs/long/coda"}) == ["table1@coda-0", "long@coda"]
