@@ -178,9 +178,18 @@ def test_the_refinement_note_counts_refined_training_programs_in_the_snapshot(tm
     mem.add_program(training(1, []))
     save_snapshot(mem, snapshot_path(tmp_path, 3), round=3)
     assert "0 of 1 training programs" in refinement_note(run, 3)
-    assert "cannot differ" in refinement_note(run, 3)
+    assert "trains as CoDA does" in refinement_note(run, 3)
+    # the no-refinement control: identical episodes are said to be; different ones are named as run-to-run noise
+    same = _run(tmp_path / "same", "t2p_no_refinement", 0, "1010")
+    for x in (run, same):  # evaluated at round 3, the round compared
+        x.rounds[0]["round"] = 3
+    assert refinement_note(run, 3, same).endswith("its row is identical.")
+    other = _run(tmp_path / "other", "t2p_no_refinement", 0, "1000")
+    other.rounds[0]["round"] = 3
+    note = refinement_note(run, 3, other)
+    assert "differs by -33.3 ± 33.3 (n=1)" in note and "noise floor" in note
     mem.add_program(training(2, [{"history_len": 3}]))
     save_snapshot(mem, snapshot_path(tmp_path, 4), round=4)
     note = refinement_note(run, 4)
-    assert "1 of 2 training programs" in note and "cannot differ" not in note
+    assert "1 of 2 training programs" in note and "trains as CoDA does" not in note
     assert refinement_note(run, 5) is None  # no snapshot of that round

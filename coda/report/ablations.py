@@ -80,16 +80,18 @@ def table4_text2potential(runs: Runs, out: Path) -> Table:
     speed = updates_to_reach(runs)
     t.notes.append(single_seed_note(runs, r))
     t.notes.append(speed["note"])
-    refined = refinement_note(runs.seed_run("coda"), r)
+    refined = refinement_note(runs.seed_run("coda"), r, runs.ablation.get("t2p_no_refinement"))
     if refined:
         t.notes.append(refined)
     t.write(out)
     return t
 
 
-def refinement_note(run: RunResult | None, r: int | None) -> str | None:
-    """How many of a run's training programs had their potential refined by round r (its memory snapshot):
-    with none, the no-refinement ablation trains exactly as CoDA does up to that round."""
+def refinement_note(run: RunResult | None, r: int | None, control: RunResult | None = None) -> str | None:
+    """How many of a run's training programs had their potential refined by round r (its memory snapshot).
+    With none, the no-refinement ablation (`control`) trains as CoDA does up to that round, so whatever separates
+    their rows there is run-to-run variation, not an effect: the note says whether they are identical, and if
+    not, by how much they differ (the noise floor of the single-seed rows)."""
     if run is None or r is None:
         return None
     from coda.memory.snapshots import load_snapshot, snapshot_path
@@ -103,9 +105,20 @@ def refinement_note(run: RunResult | None, r: int | None) -> str | None:
         f"Potential refinement (CoDA seed 0, round {r}): {refined} of {len(programs)} training programs had "
         "been refined (a refinement needs its fragment's `refinement.window` rounds of learning progress)"
     )
-    if refined == 0:
-        text += ", so the no-refinement run trains exactly as CoDA does up to this round and its row cannot differ"
-    return text + "."
+    if refined:
+        return text + "."
+    text += ", so the no-refinement run trains as CoDA does up to this round"
+    d = paired_episodes(control.at(r), run.at(r)) if control else None
+    if not d or d["mean"] is None:
+        return text + "."
+    if d["mean"] == 0 and not d["se"]:
+        return text + ", and its row is identical."
+    return (
+        text
+        + f"; its row differs by {fmt(d, signed=True)} all the same: run-to-run variation, not an effect "
+        "(the runs are not bit-identical, e.g. made on different machines), and so the noise floor of these "
+        "single-seed rows."
+    )
 
 
 def updates_to_reach(runs: Runs) -> dict[str, Any]:
