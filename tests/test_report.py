@@ -193,3 +193,19 @@ def test_the_refinement_note_counts_refined_training_programs_in_the_snapshot(tm
     note = refinement_note(run, 4)
     assert "1 of 2 training programs" in note and "trains as CoDA does" not in note
     assert refinement_note(run, 5) is None  # no snapshot of that round
+
+
+def test_ablations_are_paired_with_the_reference_run_beside_them_when_it_ran(tmp_path):
+    from coda.report.common import single_seed_note
+    from coda.report.runs import Runs
+
+    runs = Runs(tmp_path)
+    seed0 = _run(tmp_path / "t", "coda-0", 0, "11100")
+    runs.table1["coda"] = [seed0]
+    assert runs.ablation_ref("coda") is seed0  # no reference variant: Table 1's seed 0
+    assert "compared with coda seed 0" in single_seed_note(runs, 1)
+    ref = _run(tmp_path / "a", "coda_ref", 0, "10000")
+    runs.ablation["coda_ref"] = ref
+    assert runs.ablation_ref("coda") is ref
+    assert "compared with `coda_ref`" in single_seed_note(runs, 1)
+    assert runs.ablation_ref("critic_no_memory") is None  # neither ran

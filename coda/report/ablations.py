@@ -20,15 +20,15 @@ from coda.report.tables import Table
 
 def _vs_coda(runs: Runs, name: str) -> tuple[RunResult | None, int | None]:
     r = ablation_round(runs)
-    return (runs.seed_run("coda") if name == "coda" else runs.ablation.get(name)), r
+    return (runs.ablation_ref("coda") if name == "coda" else runs.ablation.get(name)), r
 
 
 def _ablation_cell(runs: Runs, name: str, base: str = "coda") -> tuple[str, float | None, str]:
     run, r = _vs_coda(runs, name)
     if name == base:
-        run = runs.seed_run(base)
+        run = runs.ablation_ref(base)
     s = stat_at(run, r)
-    ref = runs.seed_run("coda")
+    ref = runs.ablation_ref("coda")
     d = paired_episodes(run.at(r), ref.at(r)) if run and ref and name != "coda" else None
     return fmt(s), s["mean"], (fmt(d, signed=True) if d else "")
 
@@ -80,7 +80,7 @@ def table4_text2potential(runs: Runs, out: Path) -> Table:
     speed = updates_to_reach(runs)
     t.notes.append(single_seed_note(runs, r))
     t.notes.append(speed["note"])
-    refined = refinement_note(runs.seed_run("coda"), r, runs.ablation.get("t2p_no_refinement"))
+    refined = refinement_note(runs.ablation_ref("coda"), r, runs.ablation.get("t2p_no_refinement"))
     if refined:
         t.notes.append(refined)
     t.write(out)

@@ -59,11 +59,16 @@ def profile_rounds(runs: Runs) -> int | None:
 
 def single_seed_note(runs: Runs, r: int | None, ref: str = "coda") -> str:
     """The note of a table of single-seed rows compared with `ref` seed 0 at round r."""
-    run = runs.seed_run(ref)
+    run = runs.ablation_ref(ref)
     row = run.at(r) if run else None
     n_ood = row.get("n_ood") if row else None
     on = f" on the same {n_ood} OOD episodes" if n_ood else ""
+    what = (
+        f"`{run.name}` ({ref} with the ablations' rounds and evaluation, run with them)"
+        if run is not None and run.name == f"{ref}_ref"
+        else f"{ref} seed 0"
+    )
     return (
-        f"Seed 0 (n = 1), compared with {ref} seed 0 at round {r}{on}; paired differences are ± their s.e. over "
+        f"Seed 0 (n = 1), compared with {what} at round {r}{on}; paired differences are ± their s.e. over "
         "those episodes."
     )

@@ -246,7 +246,7 @@ def table9_compute(runs: Runs, out: Path) -> Table:
         }
     )
     r = ablation_round(runs)
-    fixed, adaptive = runs.seed_run("coda"), runs.ablation.get("adaptive")
+    fixed, adaptive = runs.ablation_ref("coda"), runs.ablation.get("adaptive")
     for label, run, p in (
         ("fixed scheduling: OOD success (%)", fixed, paper.TABLE9["ood_fixed"]),
         ("adaptive scheduling: OOD success (%)", adaptive, paper.TABLE9["ood_adaptive"]),

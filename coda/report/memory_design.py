@@ -19,8 +19,9 @@ from coda.report.tables import Table
 
 
 def _seed0_run(runs: Runs, name: str) -> RunResult | None:
-    """Seed 0 of CoDA or of the critic without memory (Table 1 methods), else the ablation run `name`."""
-    return runs.seed_run(name) if name in ("coda", "critic_no_memory") else runs.ablation.get(name)
+    """CoDA's or the critic without memory's reference for the ablations (`Runs.ablation_ref`), else the
+    ablation run `name`."""
+    return runs.ablation_ref(name) if name in ("coda", "critic_no_memory") else runs.ablation.get(name)
 
 
 def complementarity(runs: Runs, out: Path) -> Table:
@@ -36,7 +37,7 @@ def complementarity(runs: Runs, out: Path) -> Table:
     ):
         run = _seed0_run(runs, name)
         s = stat_at(run, r)
-        ref = runs.seed_run("critic_no_memory")
+        ref = runs.ablation_ref("critic_no_memory")
         d = paired_episodes(run.at(r), ref.at(r)) if run and ref and name != "critic_no_memory" else None
         t.add(
             label,
@@ -188,7 +189,7 @@ def table6_family_transfer(runs: Runs, out: Path) -> Table:
         rank=rel(scratch)["mean"],
         **{"mean learning progress": lp(scratch)},
     )
-    ref = runs.seed_run("coda")
+    ref = runs.ablation_ref("coda")
     r = run.rounds[-1]["round"] if run.rounds else None
     t.notes.append(
         f"Seed 0, {r} rounds with `transfer: true`: {n_transferred} programs were lifted to other families, "

@@ -97,6 +97,12 @@ class Runs:
     def seed_run(self, method: str, seed: int = 0) -> RunResult | None:
         return next((r for r in self.table1.get(method, []) if r.seed == seed), None)
 
+    def ablation_ref(self, method: str) -> RunResult | None:
+        """The run that the ablations of `method` are compared with: its `<method>_ref` variant (the ablations'
+        rounds and evaluation, run with them: runs are not bit-identical across machines) when that ran, else
+        seed 0 of Table 1."""
+        return self.ablation.get(f"{method}_ref") or self.seed_run(method)
+
     def profile(self) -> str:
         for r in self.all():
             return r.profile

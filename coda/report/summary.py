@@ -42,7 +42,7 @@ def summary(runs: Runs, out: Path) -> dict[str, Any]:
             "n": s["n"],
         }
     r = ablation_round(runs)
-    coda0 = runs.seed_run("coda")
+    coda0 = runs.ablation_ref("coda")
     for name, run in runs.ablation.items():
         d = paired_episodes(run.at(r), coda0.at(r) if coda0 else None)
         res["ablation"][name] = {
