@@ -13,7 +13,7 @@ export DVC_NO_ANALYTICS := 1
 # stages call `coda`, `python` and `dvc` from the virtual environment
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: venv test reproduce lab lint clean
+.PHONY: venv test reproduce reference lab lint clean
 
 venv: $(STAMP)
 
@@ -31,6 +31,11 @@ test: venv
 
 reproduce: venv
 	coda data ensure && dvc repro
+
+# Re-make the reference record (smoke profile, ~2 minutes) that `coda verify records/reference/smoke-coda-0`
+# compares against: after any change of the numerics, then commit records/reference/
+reference: venv
+	coda verify --update records/reference/smoke-coda-0
 
 # JupyterLab in the project environment, at the project root (the notebooks are in notebooks/)
 lab: venv

@@ -170,6 +170,10 @@ def _parser() -> argparse.ArgumentParser:
     add_compare_command(sub)
     add_record_command(sub)
 
+    from coda.verify import add_verify_command
+
+    add_verify_command(sub)
+
     from coda.report.cli import add_render_command, add_report_commands
 
     add_report_commands(sub)
@@ -317,6 +321,10 @@ def run(argv: list[str] | None = None) -> int:
         from coda.maintenance import run_record_command
 
         return run_record_command(args)
+    elif args.cmd == "verify":
+        from coda.verify import run_verify_command
+
+        return run_verify_command(args)
     elif args.cmd == "bench":
         bench = Path(__file__).resolve().parent.parent / "benchmarks" / "sim_throughput.py"
         return subprocess.call([sys.executable, str(bench), "--json", "--data", args.data])

@@ -55,7 +55,11 @@ _SNAPSHOT = re.compile(r"\.?round-(\d+)(\.tmp-.*)?")
 # top-level directories of a run by kind (see coda.coevolve); files at the top level are metrics/records
 KINDS = {"rounds": "checkpoints", "memory": "memory", "actor": "actor"}
 # keys of the JSON records that differ between two identical runs: timings and the code's provenance
-VOLATILE_KEYS = frozenset({"wall_s", "time_s", "cpu_s", "worker_cpu_s", "git_sha", "git_dirty"})
+VOLATILE_KEYS = frozenset(
+    {"wall_s", "time_s", "cpu_s", "worker_cpu_s", "git_sha", "git_dirty"}
+    # and the SFT's and the planner check's timings
+    | {"collect_s", "train_s", "median_s", "median_episode_s", "median_load_s"}
+)
 
 
 def _size(path: Path) -> int:
@@ -207,12 +211,31 @@ def run_record_command(args: argparse.Namespace) -> int:
 
 
 # -- `coda prune` -------------------------------------------------------------------------------------------
-def _without_volatile(value: Any) -> Any:
+def without_volatile(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: _without_volatile(v) for k, v in value.items() if k not in VOLATILE_KEYS}
+        return {k: without_volatile(v) for k, v in value.items() if k not in VOLATILE_KEYS}
     if isinstance(value, list):
-        return [_without_volatile(v) for v in value]
+        return [without_volatile(v) for v in value]
     return value
+
+
+def volatile_json(name: str) -> bool:
+    """Whether file `name` (a path inside a run or record directory) is a JSON record compared without
+    `VOLATILE_KEYS`: every JSON file except those of memory snapshots (whose manifests hash the others)."""
+    return name.endswith(".json") and "memory" not in name.split("/")[:-1]
+
+
+def same_result(name: str, x: bytes, y: bytes) -> bool:
+    """Whether two versions of file `name` hold the same result: the same bytes or, for a JSON record
+    (`volatile_json`), the same document once timings and git provenance are dropped."""
+    if x == y:
+        return True
+    if volatile_json(name):
+        try:
+            return without_volatile(json.loads(x)) == without_volatile(json.loads(y))
+        except ValueError:
+            return False
+    return False
 
 
 def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
@@ -225,17 +248,7 @@ def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
     fa = {p.relative_to(a).as_posix(): p for p in a.rglob("*") if p.is_file()}
     fb = {p.relative_to(b).as_posix(): p for p in b.rglob("*") if p.is_file()}
     different = set(fa) ^ set(fb)
-    for name in set(fa) & set(fb):
-        x, y = fa[name].read_bytes(), fb[name].read_bytes()
-        if x == y:
-            continue
-        if name.endswith(".json") and not name.startswith("memory/"):
-            try:
-                if _without_volatile(json.loads(x)) == _without_volatile(json.loads(y)):
-                    continue
-            except ValueError:
-                pass
-        different.add(name)
+    different |= {n for n in set(fa) & set(fb) if not same_result(n, fa[n].read_bytes(), fb[n].read_bytes())}
     files = len(set(fa) | set(fb))
     return {"files": files, "identical": files - len(different), "different": sorted(different)}
 
