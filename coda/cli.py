@@ -179,6 +179,10 @@ def _parser() -> argparse.ArgumentParser:
     add_report_commands(sub)
     add_render_command(sub)
 
+    sub.add_parser(
+        "numerics",
+        help="what of the numerics pin is in force in a `coda` process (JSON; see coda/numerics.py)",
+    )
     bench = sub.add_parser("bench", help="benchmarks (print JSON)")
     bench.add_argument("what", choices=["sim"])
     bench.add_argument("--json", action="store_true")
@@ -325,6 +329,12 @@ def run(argv: list[str] | None = None) -> int:
         from coda.verify import run_verify_command
 
         return run_verify_command(args)
+    elif args.cmd == "numerics":
+        from coda import numerics
+        from coda.learn.train import TRAIN_THREADS
+
+        numerics.pin_torch(TRAIN_THREADS)
+        print(json.dumps(numerics.in_force()))
     elif args.cmd == "bench":
         bench = Path(__file__).resolve().parent.parent / "benchmarks" / "sim_throughput.py"
         return subprocess.call([sys.executable, str(bench), "--json", "--data", args.data])
@@ -332,6 +342,10 @@ def run(argv: list[str] | None = None) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    if argv is None:  # the `coda` command itself (not a call from Python): run under the numerics pin
+        from coda import numerics
+
+        numerics.pin_process()
     from coda.config import ConfigError
     from coda.sim.scene import SceneSpecError
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from coda import numerics
 from coda.errors import UserError
 
 
@@ -112,11 +113,10 @@ def validity_counts(
 
 
 def run_sft_command(cfg, data_dir: Path, out: Path, workers: int | None) -> dict:
-    import torch
 
     from coda.learn.train import TRAIN_THREADS, run_sft
 
-    torch.set_num_threads(TRAIN_THREADS)
+    numerics.pin_torch(TRAIN_THREADS)
     s = cfg.sft
     ex = _executor(cfg, data_dir, workers)
     try:

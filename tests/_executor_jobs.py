@@ -86,3 +86,11 @@ def libm_probe(_):
 
     values = repr([math.sin(i * 0.37) for i in range(200000)]).encode()
     return os.environ.get("GLIBC_TUNABLES"), hashlib.md5(values).hexdigest()
+
+
+def numerics_probe(_):
+    """What of the numerics pin is in force in the worker, once torch is set up as a rollout worker sets it."""
+    from coda import numerics
+
+    numerics.pin_torch(1)
+    return numerics.in_force()

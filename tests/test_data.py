@@ -236,7 +236,7 @@ def test_build_is_byte_identical_with_reduced_numpy_and_openblas_kernels(small_d
 
 
 def test_pinned_libm_keeps_other_tunables(monkeypatch):
-    from coda.sim.numerics import PINNED_LIBM, pinned_libm_env
+    from coda.numerics import PINNED_LIBM, pinned_libm_env
 
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.check=0")
     assert pinned_libm_env() == {"GLIBC_TUNABLES": f"glibc.malloc.check=0:{PINNED_LIBM}"}

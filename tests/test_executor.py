@@ -263,7 +263,7 @@ def test_workers_start_with_the_pinned_libm():
     import subprocess
     import sys
 
-    from coda.sim.numerics import PINNED_LIBM
+    from coda.numerics import PINNED_LIBM
 
     with make_executor("local", 1, env={"CODA_TEST": "1"}) as ex:
         (res,) = ex.map(J.libm_probe, [0])

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from coda import numerics
 from coda.coevolve.domain import Domain, Rollout
 from coda.coevolve.methods import METHODS, Method
 from coda.coevolve.modes import ModeBook
@@ -114,6 +115,7 @@ class Loop:
                     "profile": self.profile,
                     "coevolve": {k: v for k, v in self.c.__dict__.items()},
                     **git_info(),
+                    "numerics": numerics.in_force(),  # what of the numerics pin was in force
                 },
                 indent=1,
                 default=list,
@@ -310,7 +312,6 @@ def run_method(
 ) -> dict[str, Any]:
     """Run one method on the PyBullet families end to end (resuming in `out` when it holds complete
     rounds); returns the final metrics."""
-    import torch
 
     from coda.learn.train import TRAIN_THREADS
 
@@ -318,7 +319,7 @@ def run_method(
         raise ValueError(f"unknown method {method!r}; expected one of {sorted(METHODS)}")
     if not (Path(sft_dir) / "policy").exists():
         raise FileNotFoundError(f"{sft_dir}/policy: no SFT policy; run `coda sft --out {sft_dir}` first")
-    torch.set_num_threads(TRAIN_THREADS)
+    numerics.pin_torch(TRAIN_THREADS)
     return make_loop(cfg, method, seed, data_dir, sft_dir, out, executor, memory_from).run()
 
 

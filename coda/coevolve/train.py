@@ -15,6 +15,21 @@ from coda.memory.program_views import TrainingProgram
 from coda.progress import progress
 
 
+class BehaviourStates:
+    """The replay states a round's policy updates draw, gathered and embedded once: `draws` (updates, batch)
+    holds replay slots; update u's rows into `obs`/`instr` (one row per distinct slot) are `rows(u)`."""
+
+    def __init__(self, replay: Any, draws: np.ndarray, encode: Any) -> None:
+        self.slots, inverse = np.unique(draws, return_inverse=True)
+        self._rows = inverse.reshape(draws.shape)
+        pool = replay.gather(self.slots)
+        self.obs = torch.as_tensor(pool["obs"]).float()
+        self.instr = encode(list(pool["instruction"]))
+
+    def rows(self, u: int) -> np.ndarray:
+        return self._rows[u]
+
+
 class Trainer:
     """The learning steps of the loop's rounds."""
 
@@ -81,7 +96,8 @@ class Trainer:
             steps=c.critic_steps,
             batch_size=c.batch_size,
             rng=rng,
-            candidates_fn=policy_candidates(s.policy, c.j, gen_t),
+            # "executed": V(s') from the chunk the rollout executed at s' (in the replay), no sampling
+            candidates_fn=policy_candidates(s.policy, c.j, gen_t) if c.td_bootstrap == "policy" else None,
         )
         self.log = [
             {"round": r, "kind": "critic", "step": s.critic_updates + i + 1, "loss": loss}
@@ -118,12 +134,16 @@ class Trainer:
         targeted = [(q.mode_id, v["scene"], rec.success) for q, v, rec in rollouts if q.split == "targeted"]
         track: list[dict] = []
         done = 0
-        for _ in progress(range(c.policy_updates), desc=f"round {r}: policy updates"):
-            sample = s.replay.sample(c.batch_size, rng)
-            batch = {
-                "obs": torch.as_tensor(sample["obs"]).float(),
-                "instr": enc.encode(list(sample["instruction"])),
-            }
+        if c.policy_updates and not len(s.replay):
+            raise ValueError("cannot sample from an empty replay store")
+        draws = rng.integers(
+            0, max(len(s.replay), 1), size=(c.policy_updates, c.batch_size)
+        )  # update × state
+        states = BehaviourStates(s.replay, draws, enc.encode)
+        scored = updater.score(states.obs, states.instr) if self._scores_per_round() else None
+        for u in progress(range(c.policy_updates), desc=f"round {r}: policy updates"):
+            rows = states.rows(u)
+            batch = {"obs": states.obs[rows], "instr": states.instr[rows]}
             imitation = None
             if (
                 sources
@@ -134,7 +154,9 @@ class Trainer:
                     "instr": enc.encode([t for p in parts for t in p["instr"]]),
                     "chunk": torch.cat([p["chunk"] for p in parts]),
                 }
-            stats = updater.update(batch, imitation=imitation)
+            stats = updater.update(
+                batch, imitation=imitation, candidates=None if scored is None else scored.take(rows)
+            )
             done += 1
             s.updates += 1
             self.log.append(
@@ -166,6 +188,11 @@ class Trainer:
         if clock is not None:
             clock.lap("policy_updates")
         return done, track
+
+    def _scores_per_round(self) -> bool:
+        """Whether AWR's candidates are drawn and scored once per round (`awr_candidates: round`)."""
+        c = self.loop.c
+        return c.awr_candidates == "round" and c.awr_weight > 0 and c.policy_updates > 0
 
     def _check(self, r: int, done: int, scenes: list[str]) -> list[bool | None]:
         """The adaptive schedule's rollouts of the current policy on in-band scenes."""

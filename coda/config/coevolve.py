@@ -26,6 +26,8 @@ COMPILERS = ("template", "hf", "openai")
 POTENTIALS = ("full", "sparse", "task_description", "no_refinement")
 SELECTIONS = ("softmax", "argmax")
 FINETUNES = ("full", "lora")
+AWR_CANDIDATES = ("round", "update")
+TD_BOOTSTRAPS = ("executed", "policy")
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,14 @@ class CoevolveConfig:
     lora_rank: int = 8  # rank of the LoRA adapters trained during co-evolution
     lr: float = 1.0e-3  # AdamW learning rate of the updates
     beta: float = 1.0  # AWR temperature
+    # AWR's j candidate chunks per replay state: drawn once per round from the policy as it enters the round's
+    # updates and scored once by the round's critic ("round"), or drawn and scored anew at every update from
+    # the current policy ("update", the recipe before 2026-12-02; 8x the critic's work per round and more)
+    awr_candidates: str = "round"
+    # V(s') in the critic's TD target: the target critic's Q of the chunk the rollout executed at s' ("executed",
+    # the value of the decision rule that acted), or softmax(Q'/τ) over j chunks sampled from the policy
+    # ("policy", the recipe before 2026-12-02; j times the target network's work per step)
+    td_bootstrap: str = "executed"
     awr_weight: float = 1.0  # factor of the AWR term (0: imitation of planner demonstrations only)
     rehearsal_share: float = 0.5  # share of each imitation batch drawn from the seed-scene rehearsal demos
     normalize_advantages: bool = False  # divide advantages by their batch std before exp(A/β)
@@ -151,6 +161,8 @@ class CoevolveConfig:
         _check_choice("scheduling", self.scheduling, SCHEDULES)
         _check_choice("final_eval", self.final_eval, ("full", "curve"))
         _check_choice("finetune", self.finetune, FINETUNES)
+        _check_choice("awr_candidates", self.awr_candidates, AWR_CANDIDATES)
+        _check_choice("td_bootstrap", self.td_bootstrap, TD_BOOTSTRAPS)
         if not (isinstance(self.diagnoser, str) and self.diagnoser.startswith("noisy:")):
             _check_choice("diagnoser", self.diagnoser, DIAGNOSERS)
         elif not _parses_as_float(self.diagnoser[6:]) or not 0 <= float(self.diagnoser[6:]) <= 1:

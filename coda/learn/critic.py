@@ -130,23 +130,34 @@ class TDConfig:
 # network
 # ==================================================================================================
 class Attention(nn.Module):
-    """Multi-head attention with explicit q/k/v/out projections (no fused fast path)."""
+    """Multi-head attention with explicit q/k/v/out projections (no fused fast path); keys and values can
+    be computed once for memory shared by several query rows (`keys_values`)."""
 
     def __init__(self, d: int, n_heads: int) -> None:
         super().__init__()
         self.n_heads = n_heads
         self.q, self.k, self.v, self.out = (nn.Linear(d, d) for _ in range(4))
 
-    def forward(self, x: Tensor, memory: Tensor, key_mask: Tensor | None = None) -> Tensor:
-        # x (B, T, d) queries; memory (B, S, d) keys/values; key_mask (B, S) True = attend
-        b, t, d = x.shape
-        s, hd = memory.shape[1], d // self.n_heads
-        q = self.q(x).view(b, t, self.n_heads, hd).transpose(1, 2)  # (B, H, T, hd)
-        k = self.k(memory).view(b, s, self.n_heads, hd).transpose(1, 2)  # (B, H, S, hd)
-        v = self.v(memory).view(b, s, self.n_heads, hd).transpose(1, 2)
-        mask = None if key_mask is None else key_mask[:, None, None, :]  # (B, 1, 1, S)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, T, hd)
-        return self.out(y.transpose(1, 2).reshape(b, t, d))
+    def heads(self, x: Tensor) -> Tensor:  # (N, T, d) -> (N, H, T, d / H)
+        n, t, d = x.shape
+        return x.view(n, t, self.n_heads, d // self.n_heads).transpose(1, 2)
+
+    def keys_values(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-head keys and values (N, H, S, d / H) of `memory` (N, S, d)."""
+        return self.heads(self.k(memory)), self.heads(self.v(memory))
+
+    def forward(self, x: Tensor, memory: Tensor | None, key_mask: Tensor | None = None, kv=None) -> Tensor:
+        """x (N, T, d) attends to memory (N, S, d), or to precomputed `kv` = `keys_values(...)` (whose
+        leading dim may be N / J, repeated over the J queries of each); key_mask (N, S) True = attend."""
+        n, t, d = x.shape
+        k, v = self.keys_values(memory) if kv is None else kv
+        if k.shape[0] != n:  # shared by the J consecutive rows of each state
+            j = n // k.shape[0]
+            k = k[:, None].expand(-1, j, -1, -1, -1).reshape(n, *k.shape[1:])
+            v = v[:, None].expand(-1, j, -1, -1, -1).reshape(n, *v.shape[1:])
+        mask = None if key_mask is None else key_mask[:, None, None, :]  # (N, 1, 1, S)
+        y = F.scaled_dot_product_attention(self.heads(self.q(x)), k, v, attn_mask=mask)  # (N, H, T, hd)
+        return self.out(y.transpose(1, 2).reshape(n, t, d))
 
 
 class DecoderBlock(nn.Module):
@@ -160,9 +171,11 @@ class DecoderBlock(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d, mlp_ratio * d), nn.GELU(), nn.Linear(mlp_ratio * d, d))
 
     def forward(self, x: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
+        """x (B·J, h, d): the J chunks of each of B states; memory (B, 2, d): each state's two tokens, whose
+        keys and values are computed once per state, not once per chunk."""
         h = self.norm_self(x)
         x = x + self.self_attn(h, h, mask)
-        x = x + self.cross_attn(self.norm_cross(x), memory)
+        x = x + self.cross_attn(self.norm_cross(x), None, kv=self.cross_attn.keys_values(memory))
         return x + self.mlp(self.norm_mlp(x))
 
 
@@ -234,8 +247,7 @@ class ChunkCritic(nn.Module):
             flat_mask = mask.bool().reshape(b * j, c.horizon)
             if not flat_mask.any(-1).all():
                 raise ValueError("every chunk needs at least one valid action in its mask")
-        memory = self.memory(obs, instr_emb)  # (B, 2, d)
-        memory = memory[:, None].expand(b, j, 2, c.d_model).reshape(b * j, 2, c.d_model)
+        memory = self.memory(obs, instr_emb)  # (B, 2, d), shared by the state's J chunks
         x = (
             self.action_in(chunks.float().reshape(b * j, c.horizon, c.action_dim)) + self.position
         )  # (BJ, h, d)
@@ -376,7 +388,7 @@ class CriticTD:
         self.config = config or TDConfig()
         self.target = copy.deepcopy(critic).requires_grad_(False).eval()
         self.optimizer = torch.optim.AdamW(
-            critic.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay
+            critic.parameters(), lr=self.config.lr, weight_decay=self.config.weight_decay, fused=True
         )
         self.updates = 0
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from coda import numerics
 from coda.progress import progress
 
 H = 8  # chunk length
@@ -218,7 +219,7 @@ def eval_job(job: tuple[str, str, int]) -> dict[str, Any]:
 
     policy_dir, scene_json, max_chunks = job
     if policy_dir not in _POLICY_CACHE:
-        torch.set_num_threads(1)
+        numerics.pin_torch(1)
         _POLICY_CACHE.clear()
         _POLICY_CACHE[policy_dir] = ChunkPolicy.from_pretrained(policy_dir)
     scene = SceneSpec.from_json(scene_json)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from coda import numerics
 from coda.learn.train import chunk_dataset, pack_demos, write_json
 from coda.libero import programs as lp
 from coda.sim.libero.episodes import (
@@ -142,7 +143,7 @@ def run_rounds(cfg, sft_dir: str | Path, out: str | Path, *, seed: int = 0) -> d
     from coda.sim.libero.domain import LiberoDomain
 
     require()
-    torch.set_num_threads(TRAIN_THREADS)
+    numerics.pin_torch(TRAIN_THREADS)
     sft_dir, out = Path(sft_dir), Path(out)
     c = rounds_config(cfg)
     with make_pool(cfg) as pool:

@@ -11,29 +11,19 @@ OpenBLAS's default and reduced kernels and compares the bytes).
 
 Scalar transcendentals go through CPython's `math`, i.e. the C library's, and PyBullet calls the same
 functions. glibc picks FMA variants of `sin`, `cos`, `atan2`, `exp` ... on CPUs that have FMA, and those round
-differently from the plain ones, so every simulation worker process (`coda.sim.executor`) starts with the
-plain variants on every CPU (`pinned_libm_env`): physics is then the same bits on any x86-64 machine.
-Simulation run in the calling process itself (the `inline` executor, tests, notebooks) uses whichever
-variant its CPU has.
+differently from the plain ones, so every process that simulates starts with the plain variants on every CPU:
+that is part of the process-wide numerics pin, `coda.numerics` (with torch's, MKL's and NumPy's knobs), which
+every simulation worker (`coda.sim.executor`) and every ``coda`` command starts under. Simulation run in a
+process that did not start under the pin (the `inline` executor in tests, a notebook's kernel) uses whichever
+libm variant its CPU has.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 
 import numpy as np
-
-PINNED_LIBM = "glibc.cpu.hwcaps=-AVX2,-FMA,-FMA4"  # glibc's FMA libm needs both AVX2 and FMA
-
-
-def pinned_libm_env() -> dict[str, str]:
-    """GLIBC_TUNABLES for a new process: this one's tunables plus `PINNED_LIBM` (read by ld.so at start)."""
-    tunables = os.environ.get("GLIBC_TUNABLES", "")
-    if PINNED_LIBM in tunables.split(":"):
-        return {"GLIBC_TUNABLES": tunables}
-    return {"GLIBC_TUNABLES": f"{tunables}:{PINNED_LIBM}" if tunables else PINNED_LIBM}
 
 
 def norm(v: Iterable[float]) -> float:

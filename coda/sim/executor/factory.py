@@ -32,7 +32,7 @@ def make_executor(
         exceptions raised by ``fn`` are never retried.
     initializer, initargs: ``initializer(*initargs)`` runs once per worker process.
     env: environment variables set in each worker process before it starts, on top of the pinned libm
-        (``coda.sim.numerics.pinned_libm_env``) that every worker starts with; ``"inline"`` runs in this
+        (``coda.numerics.pinned_env``: libm, torch, MKL, NumPy) that every worker starts with; ``"inline"`` runs in this
         process and ignores both.
     """
     backend = backend.lower()

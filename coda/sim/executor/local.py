@@ -18,7 +18,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from coda.sim import numerics
+from coda import numerics
 from coda.sim.executor.base import (
     JobResult,
     WorkerInitError,
@@ -158,7 +158,7 @@ class LocalExecutor(_ExecutorBase):
             raise ValueError(f"retries must be >= 0, got {retries}")
         self._set_limits(timeout_s, retries, initializer, initargs, init_timeout_s)
         self._ctx = multiprocessing.get_context(_MP_START_METHOD)
-        self._env = {**numerics.pinned_libm_env(), **(env or {})}
+        self._env = {**numerics.pinned_env(), **(env or {})}
         self._pool: list[_Worker] = []
         self._fn_gen = 0
         self._closed = False

@@ -9,7 +9,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from coda.sim import numerics
+from coda import numerics
 from coda.sim.executor.base import (
     JobResult,
     WorkerInitError,
@@ -96,7 +96,7 @@ class RayExecutor(_ExecutorBase):
             workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.workers = int(workers)
         options: dict[str, Any] = dict(num_cpus=1, max_restarts=0, max_task_retries=0)
-        options["runtime_env"] = {"env_vars": {**numerics.pinned_libm_env(), **(env or {})}}
+        options["runtime_env"] = {"env_vars": {**numerics.pinned_env(), **(env or {})}}
         self._actor_cls = ray.remote(**options)(_RayWorker)
         self._actors: list[Any] = []
         self._actor_ready: list[bool] = []  # initializer known to have finished
