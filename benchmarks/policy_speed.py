@@ -25,12 +25,16 @@ import time
 from collections.abc import Callable
 from types import SimpleNamespace
 
-import numpy as np
-import torch
+from coda import numerics
 
-from coda.learn.awr import CriticGuidedPolicy, awr_update, prepare_lora
-from coda.learn.critic import ChunkCritic, CriticTD
-from coda.learn.policies import POLICIES, ChunkPolicy, add_lora, make_policy
+numerics.pin_process()  # as every `coda` process and worker: re-executes this script under the numerics pin
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from coda.learn.awr import CriticGuidedPolicy, awr_update, prepare_lora  # noqa: E402
+from coda.learn.critic import ChunkCritic, CriticTD  # noqa: E402
+from coda.learn.policies import POLICIES, ChunkPolicy, add_lora, make_policy  # noqa: E402
 
 J = 8
 BATCH = 64
@@ -143,7 +147,7 @@ def main() -> dict:
     ap.add_argument("--repeats", type=int, default=200, help="timed decisions per measurement")
     ap.add_argument("--train-steps", type=int, default=30, help="timed training steps per measurement")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    numerics.pin_torch(1)  # a rollout worker's settings
     critic = ChunkCritic().eval()
     out: dict = {
         "threads": 1,
@@ -175,9 +179,10 @@ def main() -> dict:
     out = {
         k: round(v, 3)
         if isinstance(v, float)
-        else ({n: round(x, 3) for n, x in v.items()} if isinstance(v, dict) else v)
+        else ({n: round(x, 3) for n, x in v.items()} if isinstance(v, dict) and k != "numerics" else v)
         for k, v in out.items()
     }
+    out["numerics"] = numerics.in_force()
     print(json.dumps(out, indent=None if args.json else 2))
     return out
 
