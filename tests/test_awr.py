@@ -355,3 +355,18 @@ def test_lora_policy_is_merged_once_for_rollouts():
         generator=rule.reseed(obs.vector, obs.instruction),
     )[0]
     torch.testing.assert_close(decision.candidates, reference, atol=1e-5, rtol=0)
+
+
+def test_traced_critic_decides_the_same_bits():
+    """Rollout workers score candidates through a TorchScript trace of the critic (`trace=True`): the same
+    candidates, Q values and chunk, bit for bit, as the eager critic."""
+    policy = make_policy("regression", **TINY["regression"])
+    critic = ChunkCritic(CriticConfig(d_model=16, n_layers=2, n_heads=2, seed=1))
+    eager = CriticGuidedPolicy(policy, critic, j=8, seed=3, encode=encode)
+    traced = CriticGuidedPolicy(policy, critic, j=8, seed=3, encode=encode, trace=True)
+    for seed in range(5):
+        obs = observation(seed)
+        a, b = eager.decide(obs.vector, obs.instruction), traced.decide(obs.vector, obs.instruction)
+        assert torch.equal(a.candidates, b.candidates) and torch.equal(a.q, b.q)
+        assert torch.equal(a.chunk, b.chunk) and torch.equal(a.weights, b.weights)
+    assert len(traced._traced) == 1 and not eager._traced

@@ -108,7 +108,7 @@ def rollout_job(job: dict[str, Any]) -> dict[str, Any]:
     from coda import data
     from coda.learn.awr import cached_actor
     from coda.learn.text import get_encoder
-    from coda.sim.rollout import run_episode
+    from coda.sim.rollout import run_episode, run_outcome
     from coda.sim.scene import SceneSpec
 
     actor = cached_actor(
@@ -124,15 +124,16 @@ def rollout_job(job: dict[str, Any]) -> dict[str, Any]:
     if job.get("embedding") is not None:  # the parent's embedding: no text model to load here
         get_encoder().remember([scene.task.instruction], [job["embedding"]])
     _inject_fault(scene.hash)
-    rec = run_episode(data._WORLD, scene, actor, max_chunks=job["max_chunks"])
-    if job.get("record"):
-        return {**rec.to_dict(), "cpu_s": time.process_time() - cpu0}
+    if job.get("record"):  # arrays, not lists: they pickle as bytes (`RolloutRecord.from_dict` reads both)
+        rec = run_episode(data._WORLD, scene, actor, max_chunks=job["max_chunks"])
+        return {**rec.to_dict(arrays=True), "cpu_s": time.process_time() - cpu0}
+    out = run_outcome(data._WORLD, scene, actor, max_chunks=job["max_chunks"])
     return {
         "family": scene.family,
         "hash": scene.hash,
-        "success": rec.success,
-        "phase_reached": rec.phase_reached,
-        "steps": rec.steps,
+        "success": out["success"],
+        "phase_reached": out["phase_reached"],
+        "steps": out["steps"],
         "cpu_s": time.process_time() - cpu0,
     }
 

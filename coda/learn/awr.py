@@ -151,8 +151,9 @@ class CriticGuidedPolicy:
         key = (tuple(obs.shape), tuple(instr.shape), tuple(candidates.shape))
         traced = self._traced.get(key)
         if traced is None:
-            with warnings.catch_warnings():  # the shape checks are constant for one input shape
-                warnings.simplefilter("ignore", torch.jit.TracerWarning)
+            with warnings.catch_warnings():  # the shape checks are constant for one input shape; torch 2.13
+                warnings.simplefilter("ignore", torch.jit.TracerWarning)  # deprecates tracing (still there)
+                warnings.simplefilter("ignore", DeprecationWarning)
                 traced = torch.jit.trace(self.critic, (obs, instr, candidates), check_trace=False)
             self._traced[key] = traced
         return traced(obs, instr, candidates)

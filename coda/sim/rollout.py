@@ -98,7 +98,9 @@ class RolloutRecord:
     def context(self) -> SceneContext:
         return SceneContext.from_dict(self.ctx)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, arrays: bool = False) -> dict[str, Any]:
+        """Plain data: lists (JSON), or with ``arrays`` the NumPy arrays themselves (for pickling between
+        processes: `from_dict` reads both, to the same bits)."""
         d = {
             k: getattr(self, k)
             for k in (
@@ -116,6 +118,10 @@ class RolloutRecord:
                 "meta",
             )
         }
+        if arrays:
+            d["states"] = dict(self.states)
+            d.update(obs=self.obs, actions=self.actions, phases=self.phases)
+            return d
         d["states"] = {k: v.tolist() for k, v in self.states.items()}
         d["obs"] = self.obs.tolist()
         d["actions"] = self.actions.tolist()
@@ -144,6 +150,65 @@ class RolloutRecord:
         )
 
 
+@dataclass
+class _Rollout:
+    """What the episode loop of `run_episode` / `run_outcome` leaves: the states and decisions."""
+
+    ctx: SceneContext
+    states: list[dict[str, np.ndarray]]
+    obs: dict[int, np.ndarray]  # observation at each chunk start (the policy's input)
+    actions: list[np.ndarray]
+    chunk_starts: list[int]
+    success_step: int | None
+    physics_steps: int
+    policy_s: float
+
+
+def _roll(
+    world: World, scene: SceneSpec, policy: Policy, max_chunks: int, stop_on_success: bool, reload: bool
+) -> _Rollout:
+    if reload or world.scene is None or world.scene.hash != scene.hash:
+        world.load(scene)
+    else:
+        world.reset()
+    family = REGISTRY[scene.family]
+    success = family.success
+    ctx = world.ctx
+    steps0 = world.steps
+    state = world.state()
+    states = [state]
+    # observations are needed during the episode only where a chunk starts (the policy's input); the rest
+    # are computed from the recorded states after the loop when a record needs them
+    obs: dict[int, np.ndarray] = {}
+    actions: list[np.ndarray] = []
+    chunk_starts: list[int] = []
+    instruction = scene.task.instruction
+    # a scene can start solved (e.g. the object already in the goal): the verifier decides at step 0
+    success_step = 0 if success(state, ctx) else None
+    policy_s = 0.0  # time spent inside policy.act (the policy's compute, not the engine's)
+    for _ in range(0 if success_step == 0 and stop_on_success else max_chunks):
+        chunk_starts.append(len(actions))
+        images = world.cameras() if world.render else None
+        obs[len(actions)] = vec = observation_vector(state, ctx)
+        t_policy = time.perf_counter()
+        chunk = np.asarray(policy.act(Observation(vec, instruction, state, images)), dtype=np.float64)
+        policy_s += time.perf_counter() - t_policy
+        if chunk.ndim != 2 or chunk.shape[1] != 7:
+            raise ValueError(f"policy returned a chunk of shape {chunk.shape}; expected (h, 7)")
+        for a in chunk:
+            world.step(a)
+            state = world.state()
+            states.append(state)
+            actions.append(a)
+            if success_step is None and success(state, ctx):
+                success_step = len(actions)
+                if stop_on_success:
+                    break
+        if success_step is not None and stop_on_success:
+            break
+    return _Rollout(ctx, states, obs, actions, chunk_starts, success_step, world.steps - steps0, policy_s)
+
+
 def run_episode(
     world: World,
     scene: SceneSpec,
@@ -160,45 +225,8 @@ def run_episode(
     settled snapshot instead (~0.02 ms; physics warm-start caches make it equal only to ~1e-8 m).
     """
     t0 = time.perf_counter()
-    if reload or world.scene is None or world.scene.hash != scene.hash:
-        world.load(scene)
-    else:
-        world.reset()
-    family = REGISTRY[scene.family]
-    ctx = world.ctx
-    steps0 = world.steps
-    state = world.state()
-    states = [state]
-    # observations are needed during the episode only where a chunk starts (the policy's input); the rest
-    # are computed from the recorded states after the loop (the same function on the same states)
-    obs: dict[int, np.ndarray] = {}
-    actions: list[np.ndarray] = []
-    chunk_starts: list[int] = []
-    # a scene can start solved (e.g. the object already in the goal): the verifier decides at step 0
-    success_step = 0 if family.success(state, ctx) else None
-    policy_s = 0.0  # time spent inside policy.act (the policy's compute, not the engine's)
-    for _ in range(0 if success_step == 0 and stop_on_success else max_chunks):
-        chunk_starts.append(len(actions))
-        images = world.cameras() if world.render else None
-        obs[len(actions)] = vec = observation_vector(state, ctx)
-        t_policy = time.perf_counter()
-        chunk = np.asarray(
-            policy.act(Observation(vec, scene.task.instruction, state, images)), dtype=np.float64
-        )
-        policy_s += time.perf_counter() - t_policy
-        if chunk.ndim != 2 or chunk.shape[1] != 7:
-            raise ValueError(f"policy returned a chunk of shape {chunk.shape}; expected (h, 7)")
-        for a in chunk:
-            world.step(a)
-            state = world.state()
-            states.append(state)
-            actions.append(a)
-            if success_step is None and family.success(state, ctx):
-                success_step = len(actions)
-                if stop_on_success:
-                    break
-        if success_step is not None and stop_on_success:
-            break
+    r = _roll(world, scene, policy, max_chunks, stop_on_success, reload)
+    family, ctx, states = REGISTRY[scene.family], r.ctx, r.states
     stacked = {k: np.stack([s[k] for s in states]) for k in STATE_KEYS}
     return RolloutRecord(
         scene_hash=scene.hash,
@@ -207,17 +235,40 @@ def run_episode(
         instruction=scene.task.instruction,
         ctx=ctx.to_dict(),
         states=stacked,
-        obs=np.stack([obs[t] if t in obs else observation_vector(s, ctx) for t, s in enumerate(states)]),
-        actions=np.array(actions).reshape(-1, 7),
-        chunk_starts=chunk_starts,
+        obs=np.stack([r.obs[t] if t in r.obs else observation_vector(s, ctx) for t, s in enumerate(states)]),
+        actions=np.array(r.actions).reshape(-1, 7),
+        chunk_starts=r.chunk_starts,
         phase_names=[ph.name for ph in family.phases(scene.task.variant)],
         phases=family.progress(states, ctx),
-        success=success_step is not None,
-        success_step=success_step,
-        physics_steps=world.steps - steps0,
+        success=r.success_step is not None,
+        success_step=r.success_step,
+        physics_steps=r.physics_steps,
         wall_s=time.perf_counter() - t0,
-        meta={"policy_s": policy_s},
+        meta={"policy_s": r.policy_s},
     )
+
+
+def run_outcome(
+    world: World, scene: SceneSpec, policy: Policy, *, max_chunks: int = 12, reload: bool = True
+) -> dict[str, Any]:
+    """`run_episode`'s outcome without its record: the same episode (the same states and actions, bit for
+    bit), summarised as success, success_step, steps, phase_reached (phases completed in order by the end),
+    physics_steps and policy_s; the per-step observations and the stacked arrays a record holds are never
+    built (what an evaluation episode needs)."""
+    r = _roll(world, scene, policy, max_chunks, True, reload)
+    phases = REGISTRY[scene.family].phases(scene.task.variant)
+    reached = 0  # `Family.progress` on the states, last row only
+    for st in r.states:
+        while reached < len(phases) and phases[reached].predicate(st, r.ctx):
+            reached += 1
+    return {
+        "success": r.success_step is not None,
+        "success_step": r.success_step,
+        "steps": len(r.actions),
+        "phase_reached": reached,
+        "physics_steps": r.physics_steps,
+        "policy_s": r.policy_s,
+    }
 
 
 def plan_episode(world: World, scene: SceneSpec, *, max_chunks: int = 14) -> RolloutRecord:

@@ -12,13 +12,14 @@ default is off by centimetres) and drives the arm with position control for 24 p
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pybullet as p
 import pybullet_data
 
-from coda.sim import assets, fixtures, numerics
+from coda.sim import assets, fixtures
 from coda.sim.context import Body, SceneContext
 from coda.sim.scene import SceneSpec
 from coda.sim.tasks import RULES
@@ -254,7 +255,7 @@ class World:
             for t, d, lo, hi in zip(self.target_pos.tolist(), a[:3], _WORKSPACE_LO, _WORKSPACE_HI)
         ]
         lead = [t - e for t, e in zip(target, ee)]
-        dist = numerics.norm(lead)
+        dist = math.sqrt(math.fsum([d * d for d in lead]))  # `numerics.norm` of Python floats, without NumPy
         if dist > MAX_LEAD:
             target = [e + d * (MAX_LEAD / dist) for e, d in zip(ee, lead)]
         self.target_pos = np.array(target)
