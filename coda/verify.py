@@ -5,7 +5,7 @@ unchanged in the scratch folder, which links the stage's inputs from the reposit
 ``runs/sft/policy``, ...; the `coda` package itself is the installed one): its outputs land there, and those
 that dvc.yaml keeps in git (``cache: false``) are compared with the committed ones. An input missing here (a
 fresh clone has no DVC cache: ``scenes``, the ``runs/`` of other stages) is first re-made, in the scratch folder,
-by the stage that makes it. A record folder that a stage makes is verified through that stage; any other
+by the stage that makes it. The instruction-embedding cache (``$CODA_TEXT_CACHE``) starts empty there too. A record folder that a stage makes is verified through that stage; any other
 (``records/reference/...``) is re-made from its ``run.json`` (method, seed, profile) with `coda run`'s
 defaults: the profile's scenes built in the scratch folder, the SFT policy of ``runs/sft``, then
 `coda record`. ``--update`` re-makes such a record in place (or a new one, from ``--method/--seed/--profile``).
@@ -187,6 +187,9 @@ def prepare(plan: dict, root: Path, ws: Path, params: str) -> None:
 def rerun(steps: list[tuple[str, str]], ws: Path, log: Path) -> list[float]:
     """Run the steps' shell commands in `ws` (output to `log`, a progress line on a terminal); their times."""
     quiet = {"DVC_NO_ANALYTICS": "1", "CODA_NO_PROGRESS": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    quiet["CODA_TEXT_CACHE"] = str(
+        ws / ".text-cache"
+    )  # empty, as on a fresh clone: nothing computed elsewhere
     env = {
         **os.environ,
         **quiet,
