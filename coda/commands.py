@@ -48,6 +48,53 @@ def _validity_job(args: tuple[str, str, int, int]) -> dict[str, Any]:
     return {"status": report.status, "repairs": report.repairs}
 
 
+def _no_op(_: int) -> None:
+    """A job that does nothing: mapping it starts an executor's workers (and runs their initializer)."""
+
+
+class _StartingExecutor:
+    """`executor` (the local pool) whose workers start at once, on a thread, while this process goes on with
+    its own set-up (importing torch, loading the policy): a worker's start (a new interpreter, its imports, the
+    initializer's simulator world) takes seconds, and a pipeline stage otherwise waits for it at its first
+    `map`. The workers only run an empty job before the real ones, so what they compute is unchanged; an error
+    in their start is raised by the first `map`, as without the warm start."""
+
+    def __init__(self, executor, workers: int) -> None:
+        import threading
+
+        self._executor, self._error = executor, None
+        self._thread = threading.Thread(target=self._start, args=(workers,), name="coda-start", daemon=True)
+        self._thread.start()
+
+    def _start(self, workers: int) -> None:
+        try:
+            self._executor.map(_no_op, range(workers))
+        except BaseException as err:  # noqa: BLE001 - raised by the first map, in the caller's thread
+            self._error = err
+
+    def _started(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
+
+    def map(self, fn, jobs, *, desc: str = ""):
+        self._started()
+        return self._executor.map(fn, jobs, desc=desc)
+
+    def close(self) -> None:
+        self._thread.join()
+        self._executor.close()
+
+
+def _started_executor(cfg, data_dir: Path, workers: int | None):
+    """`_executor`, its workers starting right away when it is the local pool (`_StartingExecutor`)."""
+    ex = _executor(cfg, data_dir, workers)
+    if (cfg.sim.backend if cfg else "local").lower() != "local":
+        return ex
+    return _StartingExecutor(ex, workers or (cfg.sim.workers if cfg else 2))
+
+
 def _executor(cfg, data_dir: Path, workers: int | None):
     from coda import data
     from coda.sim.executor import make_executor
@@ -113,13 +160,12 @@ def validity_counts(
 
 
 def run_sft_command(cfg, data_dir: Path, out: Path, workers: int | None) -> dict:
-
-    from coda.learn.train import TRAIN_THREADS, run_sft
-
-    numerics.pin_torch(TRAIN_THREADS)
-    s = cfg.sft
-    ex = _executor(cfg, data_dir, workers)
+    ex = _started_executor(cfg, data_dir, workers)  # the workers start while torch is imported here
     try:
+        from coda.learn.train import TRAIN_THREADS, run_sft
+
+        numerics.pin_torch(TRAIN_THREADS)
+        s = cfg.sft
         return run_sft(
             data_dir,
             out,
@@ -143,6 +189,18 @@ def run_sft_command(cfg, data_dir: Path, out: Path, workers: int | None) -> dict
 
 # -- data ------------------------------------------------------------------------------------------------
 def run_method_command(cfg, args) -> dict:
+    # With the SFT policy in place, the workers start now (they depend on the `sim` settings and the data
+    # only), while this process imports torch and sets the run up; else after the SFT training below.
+    sft_ready = (Path(args.sft) / "policy" / "config.json").exists()
+    ex = _started_executor(cfg, Path(args.data), args.workers) if sft_ready else None
+    try:
+        return _run_method(cfg, args, ex)
+    finally:
+        if ex is not None:
+            ex.close()
+
+
+def _run_method(cfg, args, ex) -> dict:
     import dataclasses
     import shutil
 
@@ -184,14 +242,15 @@ def run_method_command(cfg, args) -> dict:
         raise UserError(
             "--memory: memory_reuse trains on a frozen memory; give a run dir, snapshot or Hub copy"
         )
-    if not (Path(args.sft) / "policy" / "config.json").exists():
+    own = ex is None
+    if own:
         # the starting point of every method; trained here with the profile's `sft` settings when absent
         print(
             f"{args.sft}/policy: no SFT policy yet; training it first (coda sft --out {args.sft})",
             file=sys.stderr,
         )
         run_sft_command(cfg, Path(args.data), Path(args.sft), args.workers)
-    ex = _executor(cfg, Path(args.data), args.workers)
+        ex = _executor(cfg, Path(args.data), args.workers)
     try:
         return run_method(
             cfg,
@@ -204,7 +263,8 @@ def run_method_command(cfg, args) -> dict:
             memory_from=args.memory,
         )
     finally:
-        ex.close()
+        if own:
+            ex.close()
 
 
 def _dvc() -> str:

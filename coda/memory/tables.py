@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from coda.memory.modes import SIMILARITY_THRESHOLD, Encoder, ModeTable
@@ -27,6 +26,10 @@ from coda.memory.schema import (
     sort_key,
     to_json,
 )
+
+# pandas takes ~0.5 s to import and only `Memory.table` returns it (pyarrow's to_pandas imports it then)
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Memory"]
 
