@@ -36,6 +36,8 @@ from typing import Literal
 import numpy as np
 import torch
 
+from coda import numerics
+
 # Must precede any transformers / huggingface_hub import in this process to take effect everywhere.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -177,6 +179,9 @@ def _disk_cache_dir(model_path: str) -> Path | None:
         "weights_bytes": weights.stat().st_size if weights.is_file() else None,
         "torch": torch.__version__,
         "cpu": torch.backends.cpu.get_cpu_capability(),
+        # the numerics pin (MKL's branch, oneDNN, ...): embeddings computed under other settings differ in bits
+        "numerics": {k: os.environ.get(k) for k in sorted(numerics.PINNED_VARIABLES)},
+        "mkldnn": bool(torch.backends.mkldnn.enabled),
     }
     key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
     return root / f"minilm-{key}"
