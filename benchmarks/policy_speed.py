@@ -3,7 +3,10 @@
 * decision_ms: per backbone, the median wall latency of one full rollout decision at batch 1
   (`CriticGuidedPolicy.act` on an observation whose instruction embedding is already cached): sample j=8
   candidate chunks, score them with the default `ChunkCritic`, execute their softmax(Q/0.5)-weighted
-  combination. decision_cpu_ms: the same in thread CPU time (less sensitive to other processes).
+  combination, as rollout workers make it (`cached_actor`: the critic and the flow policy's sampling run
+  through TorchScript traces, the same bits as eager). decision_cpu_ms: the same in thread CPU time (less
+  sensitive to other processes); decision_ms_eager: without the traces. Under the numerics pin, with one
+  thread, as in a worker.
 * decision_ms_lora: the same for a policy carrying rank-8 LoRA adapters (the co-evolution configuration;
   `CriticGuidedPolicy` merges them once at construction).
 * sample_ms / sample_ms_lora: sampling the j=8 candidates alone, without merging the adapters in the
@@ -54,9 +57,16 @@ def median_ms(fn: Callable[[], object], repeats: int) -> tuple[float, float]:
     return 1e3 * statistics.median(wall), 1e3 * statistics.median(cpu)
 
 
-def time_decision(policy: ChunkPolicy, critic: ChunkCritic, repeats: int) -> tuple[float, float]:
-    """One `CriticGuidedPolicy.act` per call, on observations that differ every call (fresh noise)."""
-    rule = CriticGuidedPolicy(policy, critic, j=J, mode="softmax", temperature=0.5)
+def time_decision(
+    policy: ChunkPolicy, critic: ChunkCritic, repeats: int, trace: bool = True
+) -> tuple[float, float]:
+    """One `CriticGuidedPolicy.act` per call, on observations that differ every call (fresh noise); with
+    `trace`, as rollout workers decide (`cached_actor`: critic and flow sampling through TorchScript traces)."""
+    import copy
+
+    rule = CriticGuidedPolicy(
+        copy.deepcopy(policy), critic, j=J, mode="softmax", temperature=0.5, trace=trace
+    )
     rule.embed(INSTRUCTION)  # instruction embeddings are cached per string in rollouts
     rng = np.random.default_rng(0)
     observations = [
@@ -155,6 +165,7 @@ def main() -> dict:
         "j": J,
         "decision": "CriticGuidedPolicy.act: sample j, default ChunkCritic, softmax(Q/0.5) combination",
         "decision_ms": {},
+        "decision_ms_eager": {},
         "decision_cpu_ms": {},
         "decision_ms_lora": {},
         "sample_ms": {},
@@ -167,6 +178,7 @@ def main() -> dict:
         policy = make_policy(name)
         out["params"][name] = sum(p.numel() for p in policy.parameters())
         out["decision_ms"][name], out["decision_cpu_ms"][name] = time_decision(policy, critic, args.repeats)
+        out["decision_ms_eager"][name] = time_decision(policy, critic, args.repeats, trace=False)[0]
         out["sample_ms"][name] = time_sampling(policy, args.repeats)
         out["train_samples_per_s"][f"sft_{name}"] = throughput(sft_step(policy), args.train_steps)
         lora_policy = add_lora(make_policy(name), rank=8, alpha=16)

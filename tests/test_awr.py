@@ -370,3 +370,20 @@ def test_traced_critic_decides_the_same_bits():
         assert torch.equal(a.candidates, b.candidates) and torch.equal(a.q, b.q)
         assert torch.equal(a.chunk, b.chunk) and torch.equal(a.weights, b.weights)
     assert len(traced._traced) == 1 and not eager._traced
+
+
+def test_traced_flow_sampling_decides_the_same_bits():
+    """With `trace=True` the flow policy's Euler steps run through a TorchScript trace of its velocity field:
+    the same candidates and chunk, bit for bit, as eager sampling; training (grad enabled) stays eager."""
+    import copy
+
+    policy = make_policy("flow", **TINY["flow"])
+    critic = ChunkCritic(CriticConfig(d_model=16, n_layers=2, n_heads=2, seed=1))
+    eager = CriticGuidedPolicy(copy.deepcopy(policy), critic, j=8, seed=3, encode=encode)
+    traced = CriticGuidedPolicy(policy, critic, j=8, seed=3, encode=encode, trace=True)
+    for seed in range(4):
+        obs = observation(seed)
+        a, b = eager.decide(obs.vector, obs.instruction), traced.decide(obs.vector, obs.instruction)
+        assert torch.equal(a.candidates, b.candidates) and torch.equal(a.chunk, b.chunk)
+    assert len(policy.__dict__["_velocity_traces"]) == 1
+    assert "_velocity_traces" not in eager.policy.__dict__

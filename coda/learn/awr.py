@@ -110,6 +110,8 @@ class CriticGuidedPolicy:
         self._encode = encode
         self._instructions: dict[str, Tensor] = {}  # instruction -> (1, 384) embedding
         self.trace = trace and isinstance(critic, nn.Module)
+        if trace and hasattr(self.policy, "trace_sampling"):  # the policy's sampling too (flow)
+            self.policy.trace_sampling()
         self._traced: dict[tuple, Any] = {}  # input shapes -> the critic traced by TorchScript
 
     def embed(self, instruction: str) -> Tensor:
