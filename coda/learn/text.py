@@ -179,8 +179,9 @@ def _disk_cache_dir(model_path: str) -> Path | None:
         "weights_bytes": weights.stat().st_size if weights.is_file() else None,
         "torch": torch.__version__,
         "cpu": torch.backends.cpu.get_cpu_capability(),
-        # the numerics pin (MKL's branch, oneDNN, ...): embeddings computed under other settings differ in bits
-        "numerics": {k: os.environ.get(k) for k in sorted(numerics.PINNED_VARIABLES)},
+        # the numerics pin as this process started with it (libm, MKL's branch, ...: settings read at load
+        # time, so os.environ now may say otherwise): embeddings computed under other settings differ in bits
+        "numerics": {k: v for k, v in numerics.in_force().items() if k != "torch"},
         "mkldnn": bool(torch.backends.mkldnn.enabled),
     }
     key = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
