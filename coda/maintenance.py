@@ -33,7 +33,7 @@ snapshots (their manifests hash every file) and checkpoints are compared as byte
 dvc.yaml), so the report, the notebooks and the memory's readers work on a fresh clone, and a finished stage's
 results survive a machine that loses the DVC cache.
 
-    $ coda record runs/table1/coda-0 records/table1/coda-0
+    $ coda record runs/table1/coda-0 records/regime_a/table1/coda-0
 """
 
 from __future__ import annotations

@@ -73,6 +73,6 @@ def test_coda_report_available_builds_only_what_has_all_its_inputs(fresh):
     assert res.returncode == 0, res.stderr
     built = [line for line in res.stdout.splitlines() if "left as it is" not in line]
     assert built == ["sft_baseline"], res.stdout
-    assert "table1_main: left as it is (16 inputs missing, e.g. records/table1/sft-0)" in res.stdout
+    assert "table1_main: left as it is (16 inputs missing, e.g. records/regime_a/table1/sft-0)" in res.stdout
     assert (fresh / "figures" / "table1_main.md").read_text() == "committed\n"
     assert (fresh / "figures" / "sft_baseline.md").is_file()

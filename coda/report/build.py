@@ -77,7 +77,7 @@ def _libero(name: str):
 SECTIONS["10"] = ["table2_libero_pro", "libero_planner"]
 BUILDERS.update({name: _libero(name) for name in SECTIONS["10"]})
 BUILDERS["summary"] = summary
-RECORDS = "records"  # the runs' records (`coda record`: results without checkpoints, in git; see dvc.yaml)
+RECORDS = "records/regime_a"  # the runs' records (`coda record`: results without checkpoints, in git; see dvc.yaml)
 BUILDERS["index"] = index  # not a paper artifact: the pipeline's metric files (written to metrics/)
 DATA_BUILDERS = {"figure6_gallery", "learning_speed", "table8_generation_quality"}
 

@@ -100,7 +100,7 @@ def run_report_command(args: argparse.Namespace) -> int:
         from coda.report.runs import Runs
 
         runs = Runs.load(args.runs or "runs")
-        print(json.dumps(write_agreement(runs, Path(args.out or Path("records") / AGREEMENT_FILE))))
+        print(json.dumps(write_agreement(runs, Path(args.out or Path(build.RECORDS) / AGREEMENT_FILE))))
         return 0
     args.runs = args.runs or build.RECORDS
     return build.main(args)
