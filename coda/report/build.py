@@ -28,7 +28,7 @@ from coda.report.memory_design import (
     table6_family_transfer,
     table7_backbone_transfer,
 )
-from coda.report.runs import Runs
+from coda.report.runs import Runs, regime_dirs
 from coda.report.summary import index, summary
 
 # ---------------------------------------------------------------------------------------------------------
@@ -77,7 +77,7 @@ def _libero(name: str):
 SECTIONS["10"] = ["table2_libero_pro", "libero_planner"]
 BUILDERS.update({name: _libero(name) for name in SECTIONS["10"]})
 BUILDERS["summary"] = summary
-RECORDS = "records/regime_a"  # the runs' records (`coda record`: results without checkpoints, in git; see dvc.yaml)
+RECORDS = "records/regime_a"  # regime A's records (`coda record`: results without checkpoints, in git)
 BUILDERS["index"] = index  # not a paper artifact: the pipeline's metric files (written to metrics/)
 DATA_BUILDERS = {"figure6_gallery", "learning_speed", "table8_generation_quality"}
 
@@ -91,6 +91,7 @@ def build(
     """Build one artifact (a table returns its `Table`, a figure its paths)."""
     if name not in BUILDERS:
         raise KeyError(f"unknown artifact {name!r}; known: {', '.join(BUILDERS)}")
+    runs_dir = regime_dirs(runs_dir)["a"]  # the records root (records/) reads as regime A's records
     inputs.check(
         name, runs_dir, figures_dir, data_dir
     )  # never overwrites a committed result with placeholders

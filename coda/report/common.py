@@ -12,10 +12,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from coda.report.runs import RunResult, Runs, stat
+from coda.report.runs import FAMILIES, SUITES, RunResult, Runs, stat
 
-SUITES = ("instances", "layouts", "tasks", "categories")
-FAMILIES = ("pick_place", "stack", "drawer", "push")
+__all__ = [
+    "FAMILIES",
+    "SUITES",
+    "ablation_round",
+    "profile_rounds",
+    "pyplot",
+    "save_figure",
+    "single_seed_note",
+    "stat_at",
+]
 
 
 def pyplot():

@@ -14,7 +14,7 @@ import numpy as np
 
 from coda.report import paper
 from coda.report.common import ablation_round, pyplot, save_figure, single_seed_note, stat_at
-from coda.report.runs import RunResult, Runs, fmt, paired_episodes
+from coda.report.runs import RunResult, Runs, fmt, metrics_file, paired_episodes
 from coda.report.tables import Table
 
 
@@ -212,7 +212,7 @@ def table7_backbone_transfer(runs: Runs, out: Path) -> Table:
     meta = next(
         (
             p
-            for p in (runs.root.parent / "metrics" / "sft_b.json", runs.root / "sft_b" / "metrics.json")
+            for p in (metrics_file(runs.root, "sft_b.json"), runs.root / "sft_b" / "metrics.json")
             if p.is_file()
         ),
         runs.root / "sft_b" / "metrics.json",

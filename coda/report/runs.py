@@ -3,7 +3,9 @@
 The pipeline lays runs out as ``runs/table1/<method>-<seed>``, ``runs/ablation/<variant>``,
 ``runs/long/<method>`` and ``runs/backbone/{sft_b,reuse_b,coda_b,reuse_a}`` (see dvc.yaml); every run directory holds
 ``run.json`` (method, seed, profile, settings, git SHA), ``rounds.json`` (one metrics row per round) and
-``metrics.json`` (the last row). A run that has not finished is reported as missing, never guessed.
+``metrics.json`` (the last row). A run that has not finished is reported as missing, never guessed. Their
+records (`coda record`) lie under ``records/regime_a/`` and ``records/regime_b/``, one folder per benchmark
+regime with that same layout (`regime_dirs`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,45 @@ from pathlib import Path
 from typing import Any
 
 from coda.evaluate import mean_se
+
+# the order of the OOD episodes in a run's `eval_outcomes` (`coda.evaluate.evaluation_items`): by family, then suite
+FAMILIES = ("pick_place", "stack", "drawer", "push")
+SUITES = ("instances", "layouts", "tasks", "categories")
+
+
+REGIMES = {"a": "regime_a", "b": "regime_b"}  # benchmark regime -> its folder under the records root
+
+
+def regime_dirs(root: str | Path) -> dict[str, Path]:
+    """Each benchmark regime's records folder (issue #27), from the records root (``records/``, which holds
+    ``regime_a/``) or one regime's folder (its sibling is the other); any other folder of runs (e.g. ``runs/``)
+    is regime A itself, with regime B in its ``regime_b/``.
+
+    >>> regime_dirs("records/regime_a")
+    {'a': PosixPath('records/regime_a'), 'b': PosixPath('records/regime_b')}
+    """
+    root = Path(root)
+    if root.name in REGIMES.values():
+        base = root.parent
+    elif (root / REGIMES["a"]).is_dir():
+        base = root
+    else:
+        return {"a": root, "b": root / REGIMES["b"]}
+    return {k: base / v for k, v in REGIMES.items()}
+
+
+def project_dir(root: str | Path) -> Path:
+    """The project folder above a records root: ``records/regime_a`` -> ``.``; ``records`` or ``runs`` -> ``.``."""
+    root = Path(root)
+    return root.parent.parent if root.name in REGIMES.values() else root.parent
+
+
+def metrics_file(root: str | Path, name: str) -> Path:
+    """A pipeline metric file of the regime whose records lie in `root` (``metrics/NAME`` for regime A,
+    ``metrics/regime_b/NAME`` for regime B, e.g. its SFT policy's ``sft.json``)."""
+    root = Path(root)
+    sub = ("regime_b",) if root.name == REGIMES["b"] else ()
+    return project_dir(root).joinpath("metrics", *sub, name)
 
 
 @dataclass
@@ -49,6 +90,15 @@ class RunResult:
         if self.method == "sft" and self.rounds:  # the SFT policy does not change with rounds
             return self.rounds[0]
         return None
+
+    def memory(self):
+        """The run's latest memory snapshot (`coda.memory.tables.Memory`, verified on reading); None when the
+        run kept none."""
+        from coda.memory.store import load_snapshot, resolve_snapshot
+
+        if not (self.path / "memory").is_dir():
+            return None
+        return load_snapshot(resolve_snapshot(self.path))
 
     def curve(self, key: str = "ood_success") -> list[tuple[int, float]]:
         """(round, value) of every evaluated round."""
@@ -135,19 +185,47 @@ def nested_stat(rows: Sequence[dict[str, Any]], key: str, sub: str) -> dict[str,
     return stat([{key: (row.get(key) or {}).get(sub)} for row in rows], key)
 
 
-def ood_outcomes(row: dict[str, Any]) -> str | None:
+def ood_outcomes(row: dict[str, Any], suite: str | None = None) -> str | None:
+    """The OOD episodes' outcomes of an evaluated row ("1"/"0"), all of them or those of one suite; None when
+    the row has none, or when its outcomes do not follow the `FAMILIES` x `SUITES` layout of
+    `coda.evaluate.evaluation_items` (checked against the row's own per-family, per-suite rates)."""
     out = row.get("eval_outcomes")
-    return None if out is None else out[row["n_id"] :]
+    if out is None:
+        return None
+    out = out[row["n_id"] :]
+    if suite is None:
+        return out
+    cells = _suite_cells(row, out)
+    return None if cells is None else "".join(cells[(f, suite)] for f in FAMILIES)
+
+
+def _suite_cells(row: dict[str, Any], out: str) -> dict[tuple[str, str], str] | None:
+    """(family, suite) -> that cell's outcomes, when every cell's rate is the row's `ood_by_family_suite`."""
+    rates = row.get("ood_by_family_suite") or {}
+    k, rest = divmod(len(out), len(FAMILIES) * len(SUITES))
+    if k == 0 or rest:
+        return None
+    cells = {}
+    for i, (f, s) in enumerate((f, s) for f in FAMILIES for s in SUITES):
+        cell = out[i * k : (i + 1) * k]
+        if (rates.get(f) or {}).get(s) is None or abs(cell.count("1") / k - rates[f][s]) > 1e-4:
+            return None
+        cells[(f, s)] = cell
+    return cells
 
 
 def paired(
-    a: Sequence[RunResult], b: Sequence[RunResult], r_a: int | None, r_b: int | None
+    a: Sequence[RunResult],
+    b: Sequence[RunResult],
+    r_a: int | None,
+    r_b: int | None,
+    suite: str | None = None,
 ) -> dict[str, Any]:
-    """Paired OOD difference a − b in points: per seed, the mean over the shared evaluation episodes; then
-    mean ± s.e. over seeds. The SFT policy (one checkpoint, the start of every seed) on either side pairs
-    with every seed of the other."""
+    """Paired OOD difference a − b in points: per seed, the mean over the shared evaluation episodes (all of
+    them, or one suite's); then mean ± s.e. over seeds. The SFT policy (one checkpoint, the start of every
+    seed) on either side pairs with every seed of the other."""
     if len(a) == 1 and a[0].method == "sft" and not (len(b) == 1 and b[0].method == "sft"):
-        d = paired(b, a, r_b, r_a)
+        d = paired(b, a, r_b, r_a, suite)
         return {**d, "mean": None if d["mean"] is None else -d["mean"]}
     by_seed = {x.seed: x.at(r_b) for x in b}
     sft = b[0].at(r_b) if len(b) == 1 and b[0].method == "sft" else None
@@ -157,7 +235,7 @@ def paired(
         other = by_seed.get(x.seed) if sft is None else sft
         if row is None or other is None:
             continue
-        oa, ob = ood_outcomes(row), ood_outcomes(other)
+        oa, ob = ood_outcomes(row, suite), ood_outcomes(other, suite)
         if not oa or not ob or len(oa) != len(ob):
             continue
         diffs.append(sum(int(p) - int(q) for p, q in zip(oa, ob)) / len(oa))
@@ -173,6 +251,11 @@ def paired_episodes(row_a: dict[str, Any] | None, row_b: dict[str, Any] | None) 
         return {"mean": None, "se": None, "n": 0}
     m, se = mean_se([int(p) - int(q) for p, q in zip(oa, ob)])
     return {"mean": 100 * m, "se": None if se is None else 100 * se, "n": 1}
+
+
+def rounded(x: float | None, digits: int = 2) -> float | None:
+    """`x` rounded for the JSON outputs; None stays None."""
+    return None if x is None else round(x, digits)
 
 
 def fmt(s: dict[str, Any] | None, digits: int = 1, signed: bool = False) -> str:

@@ -14,7 +14,9 @@ from typing import Any
 from coda.report.budget import accepted_per_family, budget_points
 from coda.report.claims import claims
 from coda.report.common import ablation_round
-from coda.report.runs import Runs, paired_episodes, rows_at, stat
+from coda.report.main_results import table1_numbers
+from coda.report.regimes import regime_results
+from coda.report.runs import Runs, paired_episodes, rounded, rows_at, stat
 
 
 def summary(runs: Runs, out: Path) -> dict[str, Any]:
@@ -22,55 +24,56 @@ def summary(runs: Runs, out: Path) -> dict[str, Any]:
 
     * ``summary/<topic>/<name>.json``: small files of numbers only, the same few keys per topic, so that
       ``dvc metrics show`` is a narrow table: ``table1/<method>`` (ood, se, id, n), ``claims/<a>-vs-<b>``
-      (diff, se, n, p, paper, verdict: +1 holds, -1 reversed, 0 not significant), ``ablation/<variant>``
+      (diff, se, n, p, p_vs_paper, paper, verdict: +1 holds, -1 reversed, 0 not significant), ``ablation/<variant>``
       (ood, diff and se against CoDA seed 0 at the same round, round) and ``budget/<method>-<n>`` (ood, se,
       accepted);
-    * ``results.json``: the same with the claims' text (a plain output, not a metric);
+    * ``results.json``: the same with the claims' text, per-suite differences and p against the paper's
+      difference (a plain output, not a metric), and both benchmark regimes side by side
+      (`coda.report.regimes`): ``table1_regimes``, ``table8`` (targeted against novel failure of CoDA's
+      policy, same runs and rounds) and ``claims_regimes``, each ``{"a": ..., "b": ...}``;
     * ``curves.csv`` (round, method, ood: every evaluated round of the seed-0 and extended runs) and
       ``training.csv`` (method, kind, step, loss: the per-update losses of the seed-0 runs, every 5th row), in
       long format with no blanks, for the ``by_method`` plot template (.dvc/plots).
     """
     out.mkdir(parents=True, exist_ok=True)
-    res: dict[str, Any] = {"profile": runs.profile(), "table1": {}, "ablation": {}, "budget": {}}
-    for m, rs in runs.table1.items():
-        rows = rows_at(rs, None)
-        s, i = stat(rows), stat(rows, "id_success")
-        res["table1"][m] = {
-            "ood": _round(s["mean"]),
-            "se": _round(s["se"]),
-            "id": _round(i["mean"]),
-            "n": s["n"],
-        }
+    res: dict[str, Any] = {
+        "profile": runs.profile(),
+        "table1": table1_numbers(runs),
+        "ablation": {},
+        "budget": {},
+    }
     r = ablation_round(runs)
     coda0 = runs.ablation_ref("coda")
     for name, run in runs.ablation.items():
         d = paired_episodes(run.at(r), coda0.at(r) if coda0 else None)
         res["ablation"][name] = {
-            "ood": _round(stat(rows_at([run], None))["mean"]),
-            "diff": _round(d["mean"]),
-            "se": _round(d["se"]),
+            "ood": rounded(stat(rows_at([run], None))["mean"]),
+            "diff": rounded(d["mean"]),
+            "se": rounded(d["se"]),
             "round": run.rounds[-1]["round"] if run.rounds else None,
         }
     for method, points in budget_points(runs).items():
         for n, run in sorted(points.items()):
             row = run.at(None)
             res["budget"][f"{method}-{n}"] = {
-                "ood": _round(100 * row["ood_success"]),
-                "se": _round(100 * row["ood_se"]) if row.get("ood_se") is not None else None,
-                "accepted": _round(accepted_per_family(run)),
+                "ood": rounded(100 * row["ood_success"]),
+                "se": rounded(100 * row["ood_se"]) if row.get("ood_se") is not None else None,
+                "accepted": rounded(accepted_per_family(run)),
             }
     res["claims"] = claims(runs)
+    res.update(regime_results(runs))
     (out / "results.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
     topics = {
         "table1": res["table1"],
         "ablation": res["ablation"],
         "budget": res["budget"],
         "claims": {
-            f"{c['a']}-vs-{c['b'] or 'strongest'}": {
+            f"{c['a']}-vs-{c['b']}": {
                 "diff": c["diff"],
                 "se": c["se"],
                 "n": c["n"],
                 "p": c["p"],
+                "p_vs_paper": c["p_vs_paper"],
                 "paper": c["paper_diff"],
                 "verdict": VERDICTS.get(c["verdict"]),
             }
@@ -158,7 +161,3 @@ def index(runs: Runs, out: Path) -> Path:
     path = out / "README.md"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def _round(x: float | None) -> float | None:
-    return None if x is None else round(x, 2)

@@ -1,0 +1,145 @@
+"""How often the round's policy fails where CoDA targets it, against its own novel draws (Table 8; issue #27).
+
+Table 8's "targeting precision" in the paper (66.7% for CoDA against 24.6% for uniform generation) is not
+defined in the text we have. What the records measure is the *failure rate of the round's policy*: the share
+of a round's rollouts that fail, by the split of the environment rolled out. The comparison that isolates
+targeting takes both sides from the same CoDA runs and the same rounds, so the same policy meets both:
+
+* `coda_targeted_failure`: rollouts of targeted environments (a mode's generation program applied to a base
+  scene) that failed;
+* `coda_novel_failure`: rollouts of CoDA's novel draws (uniform from the generator space) that failed;
+* `coda_in_mode_precision`: targeted rollouts that failed *and* were diagnosed in the mode that the scene's
+  generation program targets (the diagnosis's ``mode_id`` is a mode whose ``generation_program_id`` is the
+  scene's ``program_id``), over all targeted rollouts.
+
+The rounds are those in which a run rolled out both targeted environments and novel draws (rounds 2+: round 1
+has no diagnosed modes to target). Rates are pooled over the rollouts of every seed; each is also given per
+seed as mean ± s.e. over seeds (n seeds). Everything is counted from the run's latest memory snapshot
+(``rollouts``, ``scenes``, ``modes`` and ``diagnoses`` tables, which hold every round); its per-round rates are
+the ``success_by_split`` of ``rounds.json``, which has no counts to pool with.
+
+Example:
+    >>> entry = targeting(Runs.load("records/regime_a"))
+    >>> entry["coda_targeted_failure"], entry["coda_novel_failure"], entry["per_seed"]["coda_in_mode_precision"]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from coda.evaluate import mean_se
+from coda.report.runs import RunResult, Runs, rounded
+
+RATES = ("coda_targeted_failure", "coda_novel_failure", "coda_in_mode_precision")
+COUNTS = ("targeted", "targeted_failed", "novel", "novel_failed", "in_mode")  # SplitCounts' counts
+DEFINITION = (
+    "failure rate of the round's policy on CoDA's targeted environments and on its novel draws, same runs and "
+    "same rounds (those with both: rounds 2+), pooled over the rollouts of every seed; in-mode precision: "
+    "targeted rollouts that failed with a diagnosis in the targeted mode, over all targeted rollouts"
+)
+
+
+@dataclass(frozen=True)
+class SplitCounts:
+    """One run's rollouts in the rounds that had both targeted environments and novel draws."""
+
+    seed: int
+    rounds: tuple[int, ...]
+    targeted: int
+    targeted_failed: int
+    novel: int
+    novel_failed: int
+    in_mode: int  # targeted rollouts that failed with a diagnosis in the targeted mode
+
+    def rates(self) -> dict[str, float | None]:
+        """The three rates of `RATES` (fractions; None without targeted or novel rollouts)."""
+        return {
+            "coda_targeted_failure": _ratio(self.targeted_failed, self.targeted),
+            "coda_novel_failure": _ratio(self.novel_failed, self.novel),
+            "coda_in_mode_precision": _ratio(self.in_mode, self.targeted),
+        }
+
+
+def count_splits(
+    rollouts: Iterable[Mapping[str, Any]],
+    scenes: Iterable[Mapping[str, Any]],
+    modes: Iterable[Mapping[str, Any]],
+    diagnoses: Iterable[Mapping[str, Any]],
+    seed: int = 0,
+) -> SplitCounts:
+    """Count one run's targeted and novel rollouts (rows of the memory tables of the same names) in the rounds
+    with both, and the targeted failures diagnosed in the targeted mode."""
+    rollouts = list(rollouts)
+    splits: dict[int, set[str]] = {}
+    for r in rollouts:
+        splits.setdefault(r["round"], set()).add(r["split"])
+    rounds = tuple(sorted(k for k, v in splits.items() if {"targeted", "novel"} <= v))
+    programs: dict[tuple[str, int], set[str]] = {}  # a targeted scene of a round -> its generation programs
+    for s in scenes:
+        if s["split"] == "targeted" and s.get("program_id"):
+            programs.setdefault((s["scene_hash"], s["round"]), set()).add(s["program_id"])
+    modes_of: dict[str, set[str]] = {}  # generation program -> the modes it recreates
+    for m in modes:
+        if m.get("generation_program_id"):
+            modes_of.setdefault(m["generation_program_id"], set()).add(m["mode_id"])
+    diagnosed = {d["rollout_id"]: d.get("mode_id") for d in diagnoses}
+    n = dict.fromkeys(COUNTS, 0)
+    for r in rollouts:
+        if r["round"] not in rounds or r["split"] not in ("targeted", "novel"):
+            continue
+        n[r["split"]] += 1
+        if r["success"]:
+            continue
+        n[f"{r['split']}_failed"] += 1
+        if r["split"] == "targeted":
+            targeted_modes = set().union(
+                *(modes_of.get(p, set()) for p in programs.get((r["scene_hash"], r["round"]), ()))
+            )
+            n["in_mode"] += diagnosed.get(r["rollout_id"]) in targeted_modes
+    return SplitCounts(seed, rounds, **n)
+
+
+def run_counts(run: RunResult) -> SplitCounts | None:
+    """`count_splits` of a run's latest memory snapshot; None when the run kept no memory."""
+    mem = run.memory()
+    if mem is None:
+        return None
+    tables = (mem.rows(name) for name in ("rollouts", "scenes", "modes", "diagnoses"))
+    return count_splits(*tables, seed=run.seed)
+
+
+def pool(counts: Sequence[SplitCounts]) -> dict[str, Any]:
+    """The Table-8 entry of a set of runs: the rates pooled over every rollout, per seed (mean ± s.e. over
+    seeds, n), the counts and each seed's rounds."""
+    total = SplitCounts(-1, (), **{k: sum(getattr(c, k) for c in counts) for k in COUNTS})
+    per_seed = {}
+    for key in RATES:
+        m, se = mean_se([c.rates()[key] for c in counts])
+        vals = [v for v in (c.rates()[key] for c in counts) if v is not None]
+        per_seed[key] = {"mean": rounded(m, 4), "se": rounded(se, 4), "n": len(vals)}
+    return {
+        **{k: rounded(v, 4) for k, v in total.rates().items()},
+        "per_seed": per_seed,
+        "rollouts": {k: getattr(total, k) for k in COUNTS},
+        "rounds": {str(c.seed): list(c.rounds) for c in counts},
+        "n": len(counts),
+        "definition": DEFINITION,
+    }
+
+
+def targeting(runs: Runs) -> dict[str, Any]:
+    """Table 8's same-run, same-round entry for the CoDA runs of Table 1 under `runs.root`, or a status that
+    says why there is none."""
+    coda = runs.table1.get("coda", [])
+    if not coda:
+        return {"status": f"no CoDA runs under {runs.root.as_posix()}/table1"}
+    counts = [c for c in (run_counts(r) for r in coda) if c is not None]
+    if not counts:
+        return {"status": f"no memory snapshots in the CoDA runs under {runs.root.as_posix()}/table1"}
+    return pool(counts)
+
+
+def _ratio(a: int, b: int) -> float | None:
+    return a / b if b else None
