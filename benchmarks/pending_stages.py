@@ -22,7 +22,11 @@ import sys
 from pathlib import Path
 
 # the dvc beside this interpreter (the project's venv), else the one on PATH
-DVC = str(Path(sys.executable).with_name("dvc")) if Path(sys.executable).with_name("dvc").exists() else (shutil.which("dvc") or "dvc")
+DVC = (
+    str(Path(sys.executable).with_name("dvc"))
+    if Path(sys.executable).with_name("dvc").exists()
+    else (shutil.which("dvc") or "dvc")
+)
 
 
 # how `dvc status` names an output or dependency that is not in the workspace

@@ -17,6 +17,7 @@ from coda.commands import (
     data_scenes,
     planner_check,
     run_method_command,
+    run_regimes_command,
     run_sft_command,
     validity_counts,
 )
@@ -86,6 +87,12 @@ def _parser() -> argparse.ArgumentParser:
     sc_.add_argument("--out", default="scenes")
     sc_.add_argument("--data", default="data")
     sc_.add_argument("--dvc-file", default="data.dvc")
+    sc_.add_argument(
+        "--regime",
+        choices=("a", "b"),
+        default="a",
+        help="b: the widened seed space and corner suites (issue #27)",
+    )
     dsub.add_parser("ranges", help="print the factor ranges of every family (Markdown)")
 
     pc = sub.add_parser("planner-check", help="scripted-planner success on seed scenes")
@@ -105,6 +112,24 @@ def _parser() -> argparse.ArgumentParser:
     sc.add_argument("--workers", type=_positive_int, default=None)
     sc.add_argument("--json", action="store_true")
 
+    rg = sub.add_parser(
+        "regimes", help="each regime's SFT policy on the same certified uniform draws (metrics/regimes.json)"
+    )
+    rg.add_argument(
+        "--regime",
+        action="append",
+        required=True,
+        help="NAME=POLICY_RUN:SFT_METRICS:DATA, e.g. a=runs/sft:metrics/sft.json:scenes (repeatable)",
+    )
+    rg.add_argument(
+        "--n",
+        type=_positive_int,
+        default=None,
+        help="certified uniform draws per family (data.uniform_draws)",
+    )
+    rg.add_argument("--out", default="metrics/regimes.json")
+    rg.add_argument("--workers", type=_positive_int, default=None)
+
     sft = sub.add_parser("sft", help="SFT on planner demonstrations; writes DIR/policy and DIR/metrics.json")
     sft.add_argument("--out", required=True)
     sft.add_argument("--data", default="data")
@@ -116,6 +141,11 @@ def _parser() -> argparse.ArgumentParser:
         "--backbone-b",
         action="store_true",
         help="train Table 7's second backbone (experiments.backbone_b: backbone and epochs)",
+    )
+    sft.add_argument(
+        "--eval-only",
+        action="store_true",
+        help="re-evaluate the policy already in --out on --data's episodes (training keys kept)",
     )
 
     run = sub.add_parser("run", help="run one co-evolution method end to end (resumes in DIR)")
@@ -241,7 +271,7 @@ def run(argv: list[str] | None = None) -> int:
                 )
             )
         elif args.data_cmd == "scenes":
-            m = data_scenes(Path(args.out), Path(args.data), Path(args.dvc_file), cfg)
+            m = data_scenes(Path(args.out), Path(args.data), Path(args.dvc_file), cfg, args.regime)
             print(json.dumps({"counts": m["counts"], "stats": m["stats"]}))
         else:
             print(data_ensure(Path(args.out), Path(args.dvc_file), cfg, accept=args.accept))
@@ -268,6 +298,12 @@ def run(argv: list[str] | None = None) -> int:
         (family,) = _families(args.family)
         counts = validity_counts(Path(args.data), family, args.n, args.split, cfg.seed, args.workers, cfg)
         print(json.dumps(counts) if args.json else counts)
+    elif args.cmd == "regimes":
+        for name, value in run_regimes_command(cfg, args).items():
+            print(
+                f"regime {name}: SFT fails {value['sft_uniform_failure']:.1%} of {value['n_uniform']} uniform "
+                f"draws; OOD success {value['sft_ood']:.1%} of {value['n_ood']}"
+            )
     elif args.cmd == "sft":
         _need_data(Path(args.data))
         if args.backbone_b:  # Table 7's second policy backbone, from experiments.backbone_b
@@ -279,7 +315,7 @@ def run(argv: list[str] | None = None) -> int:
             cfg = dataclasses.replace(
                 cfg, sft=dataclasses.replace(cfg.sft, backbone=b["backbone"], epochs=b["epochs"])
             )
-        metrics = run_sft_command(cfg, Path(args.data), Path(args.out), args.workers)
+        metrics = run_sft_command(cfg, Path(args.data), Path(args.out), args.workers, args.eval_only)
         if args.metrics_out:
             from coda.learn.train import write_json
 

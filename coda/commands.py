@@ -5,6 +5,7 @@ depend on this module (dvc.yaml), not on the parser, so adding a command does no
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -159,13 +160,35 @@ def validity_counts(
     return counts
 
 
-def run_sft_command(cfg, data_dir: Path, out: Path, workers: int | None) -> dict:
+def run_sft_command(cfg, data_dir: Path, out: Path, workers: int | None, eval_only: bool = False) -> dict:
+    """`coda sft`: collect, train and evaluate; with `eval_only`, re-evaluate the policy already in `out` on
+    `data_dir`'s episodes (e.g. after its suites were re-derived) and keep its training keys."""
+    prior = Path(out) / "metrics.json"
+    if eval_only and not (prior.is_file() and (Path(out) / "policy").is_dir()):
+        raise UserError(
+            f"sft --eval-only: {out} holds no trained policy and metrics.json (run `coda sft` first)"
+        )
     ex = _started_executor(cfg, data_dir, workers)  # the workers start while torch is imported here
     try:
-        from coda.learn.train import TRAIN_THREADS, run_sft
+        from coda.learn.train import TRAIN_THREADS, evaluate_sft, run_sft, write_json
 
         numerics.pin_torch(TRAIN_THREADS)
         s = cfg.sft
+        if eval_only:
+            metrics = json.loads(prior.read_text())
+            metrics.update(
+                evaluate_sft(
+                    Path(out) / "policy",
+                    data_dir,
+                    tuple(cfg.data.families),
+                    s.eval_id_per_family,
+                    s.eval_ood_per_suite,
+                    ex,
+                    cfg.sim.max_chunks,
+                )
+            )
+            write_json(prior, metrics)
+            return metrics
         return run_sft(
             data_dir,
             out,
@@ -185,6 +208,27 @@ def run_sft_command(cfg, data_dir: Path, out: Path, workers: int | None) -> dict
         )
     finally:
         ex.close()
+
+
+def run_regimes_command(cfg, args) -> dict:
+    """`coda regimes`: each regime's SFT policy on the same certified uniform draws, written to `args.out`."""
+    from coda.regimes import parse_regime_arg, run_regimes
+
+    try:
+        regimes = [parse_regime_arg(t) for t in args.regime]
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    for *_, data_dir in regimes:
+        if not (data_dir / "manifest.json").is_file():
+            raise UserError(f"--regime: {data_dir} holds no built scenes (coda data scenes)")
+    ex = _executor(cfg, regimes[0][3], args.workers)
+    try:
+        result = run_regimes(cfg, regimes, args.n or cfg.data.uniform_draws, ex)
+    finally:
+        ex.close()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    return result
 
 
 # -- data ------------------------------------------------------------------------------------------------
@@ -345,14 +389,19 @@ def data_ensure(data_dir: Path, dvc_file: Path, cfg, *, accept: bool = False) ->
     return f"kept the rebuilt {data_dir} and recorded it in {dvc_file} ({got})"
 
 
-def data_scenes(out: Path, data_dir: Path, dvc_file: Path, cfg) -> dict[str, Any]:
+def data_scenes(out: Path, data_dir: Path, dvc_file: Path, cfg, regime: str = "a") -> dict[str, Any]:
     """The profile's scenes (its `data` section's slots) in `out`: taken from `data_dir` when it matches
     `dvc_file` (after pulling or rebuilding it when the profile says `use_release`), else built directly.
-    Either way the files are the same bytes."""
+    Either way the files are the same bytes. Regime B's scenes (its widened seed space and corner suites,
+    `coda.sim.families.ranges.regime`) are not released: always built."""
     from coda import data
 
     d = cfg.data
     sizes = dict(n_seed_layouts=d.n_seed_layouts, suite_size=d.suite_size, families=tuple(d.families))
+    if regime != "a":
+        return data.build(
+            out, seed=cfg.seed, workers=cfg.sim.workers, backend=cfg.sim.backend, regime=regime, **sizes
+        )
     if d.use_release:
         print(data_ensure(data_dir, dvc_file, cfg), file=sys.stderr)
     want = _recorded_md5(dvc_file)

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from coda.sim.families import REGISTRY
-from coda.sim.families.ranges import SUITES, render_markdown
+from coda.sim.families.ranges import REGIMES, SUITES, regime, render_markdown
 from coda.sim.scene import SceneSpec
 
 FAMILIES = ("pick_place", "stack", "drawer", "push")
@@ -41,10 +41,14 @@ def _init_worker(data_dir: str, world_kwargs: dict | None = None) -> None:
     _WORLD = World(data_dir, **(world_kwargs or {}))
 
 
-def scene_rng(seed: int, family: str, split: str, index: int, attempt: int = 0) -> np.random.Generator:
-    """The generator of one scene slot: independent of every other slot and of the worker that runs it."""
+def scene_rng(
+    seed: int, family: str, split: str, index: int, attempt: int = 0, regime: str = "a"
+) -> np.random.Generator:
+    """The generator of one scene slot: independent of every other slot and of the worker that runs it
+    (regime B's slots draw from streams of their own; regime A's are those of the release)."""
     fam = FAMILIES.index(family)
-    return np.random.default_rng(np.random.SeedSequence([seed, fam, SPLIT_CODES[split], index, attempt]))
+    key = [seed, fam, SPLIT_CODES[split], index, attempt] + ([REGIMES.index(regime)] if regime != "a" else [])
+    return np.random.default_rng(np.random.SeedSequence(key))
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,7 @@ class SceneJob:
     index: int
     seed: int
     certify: bool = True
+    regime: str = "a"  # the seed space and suites (coda.sim.families.ranges.regime)
 
 
 def build_scene(job: SceneJob) -> dict[str, Any]:
@@ -63,8 +68,9 @@ def build_scene(job: SceneJob) -> dict[str, Any]:
     family = REGISTRY[job.family]
     rejected = 0
     for attempt in range(MAX_ATTEMPTS):
-        rng = scene_rng(job.seed, job.family, job.split, job.index, attempt)
-        spec = family.sample(rng, _WORLD.catalog, job.split)
+        rng = scene_rng(job.seed, job.family, job.split, job.index, attempt, job.regime)
+        with regime(job.regime):
+            spec = family.sample(rng, _WORLD.catalog, job.split)
         report, demo = certify_scene(_WORLD, spec, rng, plan=job.certify)
         if report.scene is not None and (demo is None or demo.success):
             return {
@@ -118,14 +124,19 @@ def suite_scenes(data_dir: Path, family: str, suite: str, limit: int | None = No
 
 
 def scene_jobs(
-    seed: int, n_seed_layouts: int, suite_size: int, families: tuple[str, ...] = FAMILIES
+    seed: int, n_seed_layouts: int, suite_size: int, families: tuple[str, ...] = FAMILIES, regime: str = "a"
 ) -> list[SceneJob]:
     """Every scene slot of a build: seed layouts split over the families, then `suite_size` per suite."""
+    if regime not in REGIMES:
+        raise ValueError(f"regime must be one of {REGIMES}, got {regime!r}")
     per_family = [
         n_seed_layouts // len(families) + (i < n_seed_layouts % len(families)) for i in range(len(families))
     ]
-    jobs = [SceneJob(f, "seed", i, seed) for f, n in zip(families, per_family, strict=True) for i in range(n)]
-    jobs += [SceneJob(f, s, i, seed) for f in families for s in SUITES for i in range(suite_size)]
+    r = {"regime": regime}
+    jobs = [
+        SceneJob(f, "seed", i, seed, **r) for f, n in zip(families, per_family, strict=True) for i in range(n)
+    ]
+    jobs += [SceneJob(f, s, i, seed, **r) for f in families for s in SUITES for i in range(suite_size)]
     return jobs
 
 
@@ -143,6 +154,7 @@ def build(
     workers: int = 2,
     backend: str = "local",
     source: Path | None = None,
+    regime: str = "a",
 ) -> dict[str, Any]:
     """Build `out/` (assets, seeds, suites, manifest). Written to a temporary folder, then renamed.
 
@@ -157,7 +169,7 @@ def build(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    jobs = scene_jobs(seed, n_seed_layouts, suite_size, families)
+    jobs = scene_jobs(seed, n_seed_layouts, suite_size, families, regime)
     if source is not None:
         rows = _rows_from(Path(source), jobs)
         shutil.copytree(Path(source) / "assets", tmp / "assets")
@@ -188,6 +200,8 @@ def build(
             rows.append({"slot": job.index, **res.value})
     manifest = _write_scenes(tmp, jobs, rows)
     manifest.update(seed=seed, n_seed_layouts=n_seed_layouts, suite_size=suite_size, families=list(families))
+    if regime != "a":  # regime A's manifest is the release's, unchanged
+        manifest["regime"] = regime
     manifest = dict(sorted(manifest.items()))
     manifest["files"] = _file_hashes(tmp)
     (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
@@ -223,7 +237,8 @@ def _write_scenes(tmp: Path, jobs: list[SceneJob], rows: list[dict]) -> dict[str
         if overlap:
             raise RuntimeError(f"held-out {family}/{split} overlaps seed layouts: {overlap[:3]}")
         _write_jsonl(scene_file(tmp, family, split), rs)
-    (tmp / "RANGES.md").write_text(render_markdown())
+    with regime(jobs[0].regime if jobs else "a"):  # the ranges the scenes were drawn from
+        (tmp / "RANGES.md").write_text(render_markdown())
     return {
         "counts": {f"{f}/{s}": len(rs) for (f, s), rs in sorted(by_file.items())},
         "stats": dict(sorted(stats.items())),

@@ -36,7 +36,7 @@ from coda.evaluate import evaluation_items, evaluation_summary, paired_diff
 from coda.learn.train import chunk_dataset, demo_batch, eval_job, write_json
 from coda.progress import progress
 
-STREAMS = {"uniform": 11, "diagnostic": 12, "targeted": 13, "rehearsal": 14}
+STREAMS = {"uniform": 11, "diagnostic": 12, "targeted": 13, "rehearsal": 14, "calibration": 15}
 
 
 def _seed(seed: int, stream: str, family: str, k: int) -> list[int]:

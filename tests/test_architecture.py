@@ -139,7 +139,7 @@ LAYERS = (
     ("coda.engine", "coda.libero.programs"),
     ("coda.sim.domain", "coda.sim.libero.domain", "coda.sim.libero.episodes"),  # the Domain implementations
     ("coda.coevolve",),
-    ("coda.scaling", "coda.libero", "coda.commands"),
+    ("coda.scaling", "coda.regimes", "coda.libero", "coda.commands"),
     ("coda.report", "coda.maintenance", "coda.differences", "coda.verify"),
     ("coda.cli", "coda.__main__", "coda"),
 )

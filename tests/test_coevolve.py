@@ -116,7 +116,7 @@ def test_smoke_profile_runs_control_experiments_that_can_decide():
         min_pairs=c.min_pairs,
     )
     n = sum(q.split == "targeted" for q in reqs)
-    assert n >= max(c.min_pairs, 2)
+    assert n >= c.min_pairs  # the candidate cap still leaves the tiny profile one test (`gen.allocate`)
 
     def decide(targeted, control):
         from coda.engine.control import decide as control_decision

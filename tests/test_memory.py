@@ -163,7 +163,14 @@ def test_modes_cluster_by_factor_and_cause_similarity():
     assert diagnose("grasp", "scale", "the cube slips out of the fingers") == "pick_place/grasp/scale/3"
 
 
-def test_learning_progress_rises_with_change_and_decays_when_flat():
+def test_learning_progress_is_pooled_with_a_noise_floor_and_vanishes_when_flat():
+    # pooled windows of >= 8 rollouts each, newest first; 0 below the floor
+    assert modes.learning_progress([]) == 0.0 and modes.learning_progress([(1.0, 7), (0.0, 7)]) == 0.0
+    assert modes.learning_progress([(0.0, 8), (1.0, 8)]) == 1.0
+    assert (
+        modes.learning_progress([(0.0, 4), (0.0, 4), (0.5, 4), (0.5, 4)]) == 0.5
+    )  # 3-4 rollouts each: pooled
+    assert modes.learning_progress([(0.0, 4), (0.25, 4), (0.5, 4), (0.75, 4)]) == 0.5
     mem = Memory(encoder=CountingEncoder())
     ids = [
         mem.assign_mode({"family": "push", "phase": "push", "factor": f, "cause": c, "round": 0})
@@ -179,19 +186,23 @@ def test_learning_progress_rises_with_change_and_decays_when_flat():
     lp = []
     for step, s in enumerate([0.3, 0.5, 0.7] + [0.7] * 30):
         lp.append(mem.update_mode(ids[0], s, 16, 100 * (step + 1), 1).learning_progress)
-    assert lp[0] < lp[1] < lp[2]  # success keeps changing: progress grows
-    assert lp[-1] < 0.1 * max(lp) and all(b <= a for a, b in zip(lp[3:], lp[4:]))  # flat: decays to 0
+    assert lp[:3] == pytest.approx([0.2, 0.2, 0.2])  # success keeps changing: progress
+    assert lp[3:] == [0.0] * 30  # flat: none
+    # a few rollouts per measurement: no progress until both windows hold 8
+    assert [mem.update_mode(ids[1], s, 3, 100 * k, 1).learning_progress for k, s in enumerate([0, 0, 1])] == [
+        0.0
+    ] * 3
     mode = mem.mode(ids[0])
     assert mode.hardness == pytest.approx(1 - mode.success_fast) and mode.n_updates_seen == 34
     # importance: learning progress normalised over the family's validated modes
-    mem.update_mode(ids[1], 0.2, 16, 100, 1)
-    mem.update_mode(ids[1], 0.6, 16, 200, 1)
+    for k in range(4):
+        mem.update_mode(ids[1], 1.0, 3, 400 + 100 * k, 1)
     imp = {m.mode_id: m.importance for m in mem.modes(status="validated")}
     assert sum(imp.values()) == pytest.approx(1.0) and imp[ids[1]] > imp[ids[0]]
     mem.set_mode_status(ids[1], "retired")
     assert mem.mode(ids[1]).importance == 0.0 and mem.mode(ids[0]).importance == pytest.approx(1.0)
     stats = mem.table("mode_stats")
-    assert len(stats) == 36 and stats[stats.mode_id == ids[0]]["in_band"].tolist()[:2] == [False, True]
+    assert len(stats) == 41 and stats[stats.mode_id == ids[0]]["in_band"].tolist()[:2] == [False, True]
     assert in_band(0.2) and in_band(0.8) and not in_band(0.81)
 
 

@@ -26,10 +26,14 @@ class Domain(Protocol):
     families: tuple[str, ...]
     replay_capacity: int  # transitions the run's replay keeps
     worker_cpu_s: float  # compute spent in simulator workers so far
+    # environments are scenes of one generator space that any generation program applies to: stored
+    # generated scenes serve as bases too, and a mode's program is a region of factor values (`region`)
+    generator_space: bool
 
     # -- environments -----------------------------------------------------------------------------------
     def bases(self, family: str) -> list[str]:
-        """The base environments (JSON) that targeted/control pairs and domain randomisation start from."""
+        """The seed base environments (JSON) that targeted/control pairs and domain randomisation start
+        from (in a generator space, stored generated scenes join them: `ModeBook.bases`)."""
         ...
 
     def base_hashes(self, family: str) -> list[str]: ...
@@ -79,6 +83,11 @@ class Domain(Protocol):
         counts)."""
         ...
 
+    def region(self, program: dict[str, Any], scenes: list[str]) -> dict[str, Any]:
+        """A mode's generation program recompiled over the failing scenes of its diagnoses (the first
+        diagnosis' scene first): the region of factor values they span. Only in a generator space."""
+        ...
+
     def exhibits(self, program: dict[str, Any], scene: str) -> bool:
         """Whether `scene` shows the difficulty `program` recreates."""
         ...
@@ -104,3 +113,9 @@ class Domain(Protocol):
     def state(self) -> dict[str, Any]: ...
 
     def load_state(self, state: dict[str, Any]) -> None: ...
+
+
+def in_generator_space(domain: Domain) -> bool:
+    """Whether the domain's environments form one generator space (`Domain.generator_space`). A domain that
+    does not say so (LIBERO-Pro: programs instantiate on bundled initial states) is not one."""
+    return bool(getattr(domain, "generator_space", False))

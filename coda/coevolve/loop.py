@@ -8,7 +8,8 @@ One round, in the paper's order (each step names the unit that does it):
 3. **diagnose** failures, cluster them into difficulty modes, compile candidate programs, and run the
    **control experiment** on targeted/control pairs (`coda.coevolve.modes`, `coda.engine.control`);
 4. **shape**: each rollout enters the replay with its potential (`Domain.potential`: the mode's training
-   program, the rollout's own diagnosis, or none); planner **demonstrations** join the imitation set;
+   program, the rollout's own diagnosis, or none); planner **demonstrations** join the imitation set (both
+   recorded in the run's ``trained_on.json``: `coda.coevolve.train.TrainedOn`);
 5. **train** the chunk critic (TD) and the policy (AWR + imitation), for a fixed number of updates or until
    the adaptive schedule ends the round (`coda.coevolve.train`, `coda.coevolve.schedule`);
 6. **measure progress** of training programs and **refine** the stalled ones (`coda.coevolve.modes`);
@@ -25,7 +26,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from coda.coevolve.methods import METHODS, Method
 from coda.coevolve.modes import ModeBook
 from coda.coevolve.schedule import RoundScheduler
 from coda.coevolve.state import RunState, git_info, last_complete_round
-from coda.coevolve.train import Trainer
+from coda.coevolve.train import TrainedOn, Trainer
 from coda.engine.control import ControlExperiment
 from coda.learn.train import write_json
 
@@ -130,6 +131,7 @@ class Loop:
             state = s.load(self.out, start, self.sft_dir, self.seed, self.domain.replay_capacity)
             self.domain.load_state(state)
             self.control.pairs = defaultdict(list, state["pairs"])
+            self.trainer.record = TrainedOn.from_state(state.get("trained_on"), start)
         else:
             s.fresh(self.sft_dir, self.seed, self.domain.replay_capacity)
             s.rehearsal = self.domain.rehearsal(self.c.rehearsal_per_family)
@@ -144,9 +146,11 @@ class Loop:
                 metrics,
                 train_log=self.trainer.log,
                 pairs=self.control.pairs,
-                extra_state=self.domain.state(),
+                extra_state={**self.domain.state(), "trained_on": self.trainer.record.to_state()},
                 snapshot_extra={"method": self.method.name, "seed": self.seed, "profile": self.profile},
             )
+            self._write_trained_on()
+        self._write_trained_on()  # also when the run resumed after its last round
         final = dict(s.history[-1]) if s.history else {}
         final.update({"method": self.method.name, "seed": self.seed, "profile": self.profile})
         write_json(self.out / "metrics.json", final)
@@ -166,9 +170,25 @@ class Loop:
         ChunkPolicy.from_pretrained(self.sft_dir / "policy")  # fail loudly on a broken checkpoint
         self.state.history = [metrics]
         write_json(self.out / "rounds.json", self.state.history)
+        self._write_trained_on(trains=False)
         final = {**metrics, "method": self.method.name, "seed": self.seed, "profile": self.profile}
         write_json(self.out / "metrics.json", final)
         return final
+
+    def _write_trained_on(self, trains: bool = True) -> None:
+        """The run directory's trained_on.json (`coda.coevolve.train.TrainedOn`): its demonstrations and
+        replay composition so far; a method that does not train records that it trained on nothing."""
+        c = self.c
+        header = {
+            "method": self.method.name,
+            "seed": self.seed,
+            "profile": self.profile,
+            "trains": trains,
+            "families": list(self.families),
+            "demo_selection": c.demo_selection,
+            "demos_per_family": c.demos_per_family,
+        }
+        self.trainer.record.write(self.out, header)
 
     def _frozen_memory(self):
         from coda.memory.store import load_snapshot, resolve_snapshot
@@ -210,8 +230,7 @@ class Loop:
         for q, v, rec in rollouts:
             if method.writes_memory:
                 self.modes.add_rollout(r, q, rec)
-            if q.split == "control":
-                s.record_control(rec.scene_hash, rec.success)
+            s.record_outcome(rec.scene_hash, rec.success)  # base scenes' weights, and which are solved
             method.generation.observe(self, q.split, v["scene"], q.family, rec.success)
         clock.lap("rollouts")
         # 3. diagnose failures into modes; the control experiment validates or rejects candidates
@@ -220,10 +239,18 @@ class Loop:
             self.modes.validate(r, rollouts)
         elif method.writes_memory:
             self.modes.validate_by_recurrence(r)
-        # 4. potentials -> replay; demonstrations (the same budget for every method)
-        for q, _, rec in rollouts:
-            s.replay.add_record(rec, potential=self.modes.potential_for(q, rec, diagnoses), gamma=c.gamma)
-        self.trainer.collect_demos(rollouts)
+        # 4. potentials -> replay; demonstrations (the same budget and selection rule for every method)
+        added = [
+            (
+                q.split,
+                s.replay.add_record(
+                    rec, potential=self.modes.potential_for(q, rec, diagnoses), gamma=c.gamma, split=q.split
+                ),
+            )
+            for q, _, rec in rollouts
+        ]
+        self.trainer.record.add_replay(r, added, s.replay.composition())
+        self.trainer.collect_demos(r, rollouts)
         for _, v, _ in rollouts:  # what the policy is now trained on (the diagnoser's reference)
             domain.observe_trained(v["scene"])
         clock.lap("diagnose_validate")
@@ -287,6 +314,9 @@ class Loop:
             "envs_accepted_total": sum(m["envs_accepted"] for m in s.history)
             + sum(v["scene"] is not None for v in built),
             "demos_total": len(s.demos),
+            "demos_by_split": dict(
+                sorted(Counter(d["split"] for d in self.trainer.record.demos if d["round"] == r).items())
+            ),
             "rollouts": len(rollouts),
             "success_by_split": {k: round(float(np.mean(v)), 4) for k, v in sorted(by_split.items())},
             "diagnoses": len(diagnoses),

@@ -119,7 +119,8 @@ class SRGuided(_PerFamily):
 
 
 class MemoryGuided(_PerFamily):
-    """CoDA: slots to difficulty modes (targeted/control pairs), novel and stored environments."""
+    """CoDA: slots to difficulty modes (targeted/control pairs on seed and solved generated scenes), novel
+    and stored environments, by measured learning progress (`coda.engine.generate.allocate`)."""
 
     name = "memory"
 
@@ -130,11 +131,12 @@ class MemoryGuided(_PerFamily):
 
     def family_requests(self, loop, family, r, rng):
         c = loop.c
+        bases, hashes = loop.modes.bases(family)
         return gen.memory_requests(
             family,
             c.envs_per_family,
             loop.modes.mode_views(family),
-            loop.bases[family],
+            bases,
             loop.modes.stored_scenes(family),
             seed=loop.seed,
             round_=r,
@@ -143,7 +145,8 @@ class MemoryGuided(_PerFamily):
             band=c.success_band,
             rng=rng,
             min_pairs=c.min_pairs,
-            base_weights=loop.state.base_weights(loop.base_hashes[family]),
+            base_weights=loop.state.base_weights(hashes),
+            progress=loop.modes.stream_progress(family),
         )
 
 

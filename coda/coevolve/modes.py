@@ -1,11 +1,13 @@
 """Difficulty modes through a round: diagnose → cluster → control experiment → compile → refine.
 
 `ModeBook` is the loop's view of the memory (`coda.memory.store.Memory`): it writes a round's scenes,
-rollouts and diagnoses, assigns diagnoses to difficulty modes, compiles a candidate's generation program
-(the hypothesis its control experiment tests) and, once validated, its training program; it decides the
-modes with the `ControlExperiment`, lifts validated programs to other families (Appendix A), chooses each
-rollout's potential, and measures and refines training programs. Everything simulator-specific goes through
-the loop's `Domain`.
+rollouts and diagnoses, assigns diagnoses to difficulty modes, compiles a mode's generation program (the
+hypothesis its control experiment tests: in a generator space, the region of factor values its diagnoses'
+failing scenes span, recompiled as the mode gains diagnoses) and, once validated, its training program; it
+decides the modes with the `ControlExperiment`, lifts validated programs to other families (Appendix A),
+gives generation its base scenes and the novel and replay streams' learning progress, chooses each rollout's
+potential, and measures and refines training programs. Everything simulator-specific goes through the
+loop's `Domain`.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from typing import Any
 
 import numpy as np
 
+from coda.coevolve.domain import in_generator_space
 from coda.engine import generate as gen
 from coda.engine.control import round_pairs
+from coda.memory.modes import learning_progress
 from coda.progress import progress
 
 ROLLOUT_SPLITS = ("novel", "targeted", "replay", "mutation")  # splits whose failures are diagnosed
+STREAMS = ("novel", "replay")  # the allocation arms besides the modes (`coda.engine.generate.allocate`)
 
 
 def rollout_id(r: int, q, rec) -> str:
@@ -94,6 +99,41 @@ class ModeBook:
             )
         return views
 
+    def bases(self, family: str) -> tuple[list[str], list[str]]:
+        """Base scenes of the family's targeted/control pairs, and their hashes: the domain's seed bases and,
+        in a generator space (`Domain.generator_space`), every stored non-control scene of earlier rounds on
+        which the policy has succeeded (novel successes, solved variants and replays), so that bases reach the
+        generator space as uniform draws do. Their weights are the policy's estimated success on them
+        (`RunState.base_weights`)."""
+        loop = self.loop
+        scenes, hashes = list(loop.bases[family]), list(loop.base_hashes[family])
+        if not in_generator_space(loop.domain):
+            return scenes, hashes
+        seen, stats = set(hashes), loop.state.base_stats
+        for row in self.memory.rows("scenes"):  # canonical order: round, split, hash
+            h = row["scene_hash"]
+            if row["family"] != family or row["split"] == "control" or h in seen:
+                continue
+            if stats.get(h, (0, 0))[0] > 0:
+                seen.add(h)
+                scenes.append(row["spec_json"])
+                hashes.append(h)
+        return scenes, hashes
+
+    def stream_progress(self, family: str) -> dict[str, float]:
+        """Measured learning progress of the family's novel and replay streams: `learning_progress` of their
+        success per round (pooled counts, with its noise floor)."""
+        outcomes: dict[tuple[str, int], list[bool]] = defaultdict(list)
+        for row in self.memory.rows("rollouts"):
+            if row["family"] == family and row["split"] in STREAMS:
+                outcomes[(row["split"], row["round"])].append(bool(row["success"]))
+        return {
+            split: learning_progress(
+                [(float(np.mean(v)), len(v)) for (s, _), v in sorted(outcomes.items()) if s == split]
+            )
+            for split in STREAMS
+        }
+
     def stored_scenes(self, family: str) -> list[str]:
         """Stored environments worth replaying: generated scenes on which the policy failed."""
         table = self.memory.table("rollouts")
@@ -107,16 +147,18 @@ class ModeBook:
         return sorted(rows.spec_json.tolist())
 
     def transfer_programs(self, r: int) -> None:
-        """Appendix A: lift every validated generation program to the other families; a lifted program that
-        binds to the family's base scenes opens a candidate mode there, kept only if its control experiment
-        validates it with variant success inside the success band (`ControlExperiment.band`)."""
+        """Appendix A: lift every validated generation program to the other families, once per mode and
+        family (a mode's program is recompiled as it gains diagnoses); a lifted program that binds to the
+        family's base scenes opens a candidate mode there, kept only if its control experiment validates it
+        with variant success inside the success band (`ControlExperiment.band`)."""
         stored = self.memory.programs("generation")
+        opened = {(m.family, m.cause.split(": ", 1)[0]) for m in self.memory.modes()}
         for mode in self.memory.modes("validated"):
             source = stored.get(mode.generation_program_id)
             if source is None or source.get("source") == "transfer":
                 continue  # no chains of transfers
             for f in self.loop.families:
-                if f == mode.family:
+                if f == mode.family or (f, f"transferred from {mode.mode_id}") in opened:
                     continue
                 lifted = self.loop.domain.transfer(source, f, mode.phase)
                 if lifted is None or lifted[0]["id"] in stored:
@@ -140,6 +182,7 @@ class ModeBook:
         if not loop.method.diagnoses:
             return out
         touched: set[str] = set()
+        firsts: dict[str, tuple[dict, str]] = {}  # mode -> its first diagnosis of the round and the scene
         for q, v, rec in progress(rollouts, desc=f"round {r}: diagnose"):
             if rec.success or q.split not in ROLLOUT_SPLITS:
                 continue
@@ -165,14 +208,26 @@ class ModeBook:
             )
             mode_id = self.memory.assign_mode(did)
             d["mode_id"] = mode_id
-            mode = self.memory.mode(mode_id)
-            compiled = mode.generation_program_id or mode.training_program_id
-            if mode.status == "candidate" and not compiled:
-                self._compile_mode(mode_id, d, v["scene"])
             touched.add(mode_id)
+            firsts.setdefault(mode_id, (d, v["scene"]))
         for mode_id in sorted(touched):  # a diagnosis joining an already decided mode is decided with it
             self._settle_diagnoses(mode_id)
+        if touched and self.loop.method.store_generation:
+            scenes = self._scene_index()
+            for mode_id in sorted(touched):
+                self._compile_mode(mode_id, scenes, firsts[mode_id])
         return out
+
+    def _scene_index(self) -> dict[str, str]:
+        """Stored scene hash -> scene JSON."""
+        return {row["scene_hash"]: row["spec_json"] for row in self.memory.rows("scenes")}
+
+    @staticmethod
+    def _diagnosis(row: dict[str, Any]) -> dict[str, Any]:
+        """A stored diagnosis row as the compiler reads a diagnosis."""
+        diagnosis = {k: row[k] for k in ("family", "variant", "phase", "factor", "cause", "confidence")}
+        diagnosis["evidence_steps"] = json.loads(row["evidence_json"]) if row["evidence_json"] else []
+        return diagnosis
 
     def _compile(self, diagnosis: dict, scene: str):
         res = self.loop.domain.compile(diagnosis, scene)
@@ -182,18 +237,36 @@ class ModeBook:
         tokens["invalid"] = tokens.get("invalid", 0) + len(res.errors)
         return res
 
-    def _compile_mode(self, mode_id: str, diagnosis: dict, scene: str) -> None:
-        """A new candidate mode gets its generation program: the hypothesis its control experiment tests.
-        (Its training program is compiled only once the mode is validated, `_compile_training`.)"""
-        if not self.loop.method.store_generation:
+    def _compile_mode(self, mode_id: str, scenes: dict[str, str], first: tuple[dict, str]) -> None:
+        """A mode's generation program, the hypothesis its control experiment tests: compiled from `first`
+        (the mode's first diagnosis as the diagnoser gave it, with domain-specific fields the memory does not
+        keep, and its scene) when the mode has none; then, in a generator space, recompiled over the failing
+        scenes of all its open and confirmed diagnoses (`Domain.region`: the region of factor values they
+        span), as the mode gains diagnoses. A transferred program stays as lifted. (The training program is
+        compiled only once the mode is validated, `_compile_training`.)"""
+        mode = self.memory.mode(mode_id)
+        if mode.status not in ("candidate", "validated"):
             return
-        res = self._compile(diagnosis, scene)
-        if res.generation is None:
-            self.memory.set_mode_status(
-                mode_id, "rejected", {"reason": "no valid generation program", "errors": res.errors}
-            )
+        rows = [
+            d for d in self.memory.rows("diagnoses") if d["mode_id"] == mode_id and d["status"] != "rejected"
+        ]
+        if not rows:
             return
-        self.memory.set_mode_programs(mode_id, generation_program_id=self.memory.add_program(res.generation))
+        failing = [scenes[d["scene_hash"]] for d in rows]  # the first diagnosis' scene first
+        if mode.generation_program_id:
+            program = self.memory.program(mode.generation_program_id)
+        else:  # a mode opened this round: its first diagnosis is this round's first
+            res = self._compile(*first)
+            if res.generation is None:
+                self.memory.set_mode_status(
+                    mode_id, "rejected", {"reason": "no valid generation program", "errors": res.errors}
+                )
+                return
+            program = res.generation
+        if in_generator_space(self.loop.domain) and program.get("source") != "transfer":
+            program = self.loop.domain.region(program, failing)
+        if program["id"] != mode.generation_program_id:
+            self.memory.set_mode_programs(mode_id, generation_program_id=self.memory.add_program(program))
 
     def _compile_training(self, mode_id: str) -> None:
         """Compile a validated mode's training program from its first diagnosis and the failing scene."""
@@ -202,9 +275,7 @@ class ModeBook:
         rows = [d for d in self.memory.rows("diagnoses") if d["mode_id"] == mode_id]
         first = min(rows, key=lambda d: (d["round"], d["diagnosis_id"]))
         scene = next(s for s in self.memory.rows("scenes") if s["scene_hash"] == first["scene_hash"])
-        diagnosis = {k: first[k] for k in ("family", "variant", "phase", "factor", "cause", "confidence")}
-        diagnosis["evidence_steps"] = json.loads(first["evidence_json"]) if first["evidence_json"] else []
-        res = self._compile(diagnosis, scene["spec_json"])
+        res = self._compile(self._diagnosis(first), scene["spec_json"])
         if res.training is not None:
             self.memory.set_mode_programs(mode_id, training_program_id=self.memory.add_program(res.training))
 

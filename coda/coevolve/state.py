@@ -102,7 +102,7 @@ class RunState:
     tokens: dict[str, int] = field(default_factory=lambda: {"prompt": 0, "completion": 0, "invalid": 0})
     sr_buffer: list[gen.SceneStats] = field(default_factory=list)
     program_progress: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    base_stats: dict[str, list[int]] = field(default_factory=dict)  # base hash -> [control successes, trials]
+    base_stats: dict[str, list[int]] = field(default_factory=dict)  # scene hash -> [successes, rollouts]
     demos: list[dict[str, Any]] = field(default_factory=list)
     rehearsal: list[dict[str, Any]] = field(default_factory=list)
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -118,16 +118,17 @@ class RunState:
         self.critic = ChunkCritic(CriticConfig(obs_dim=obs_dim, seed=seed))
         self.replay = ChunkReplay(capacity=replay_capacity, obs_dim=obs_dim)
 
-    # -- base scenes' control record and the success-rate buffer ---------------------------------------------
+    # -- scenes' success record and the success-rate buffer ------------------------------------------------
     def base_weights(self, hashes: list[str]) -> list[float]:
-        """Estimated success of the policy on each base scene, (s + 1) / (n + 2) from earlier controls."""
+        """Estimated success of the policy on each base scene, (s + 1) / (n + 2) from its earlier rollouts
+        (as a control, or in any other split for a generated scene)."""
         out = []
         for b in hashes:
             s, n = self.base_stats.get(b, (0, 0))
             out.append((s + 1) / (n + 2))
         return out
 
-    def record_control(self, scene_hash: str, success: bool) -> None:
+    def record_outcome(self, scene_hash: str, success: bool) -> None:
         stats = self.base_stats.setdefault(scene_hash, [0, 0])
         stats[0] += int(success)
         stats[1] += 1

@@ -1,10 +1,18 @@
 """A round's learning (paper §3.4): planner demonstrations, then the chunk critic by TD and the policy by
 advantage-weighted regression plus imitation (rehearsal of the SFT distribution and this run's
 demonstrations), on LoRA adapters or all weights, for as many updates as the `RoundScheduler` allows.
+
+What a run trained on is recorded as it happens (`TrainedOn`, the run's ``trained_on.json``): every planner
+demonstration that entered the imitation set, with its round, family, split, scene hash, the rollout's success
+and the mode of a targeted scene; and per round the replay's composition by split.
 """
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,36 +38,216 @@ class BehaviourStates:
         return self._rows[u]
 
 
+TRAINED_ON = "trained_on.json"  # the record's file name in a run directory (copied by `coda record`)
+TRAINED_ON_VERSION = 1
+
+
+@dataclass
+class TrainedOn:
+    """What a run trained on, round by round; saved in each round's checkpoint (so it survives a resume) and
+    written to the run directory as ``trained_on.json``.
+
+    Example:
+        >>> record = TrainedOn()
+        >>> record.add_demo(1, "stack", "novel", "ab12", success=False)
+        >>> record.add_replay(1, [("novel", 9)], {"chunks": {"novel": 9}, "episodes": {"novel": 1}})
+        >>> record.demonstrated
+        {'ab12'}
+    """
+
+    # one row per demonstration, in the order it joined the imitation set:
+    # {round, family, split, scene_hash, success (the policy's rollout there), mode_id (targeted only)}
+    demos: list[dict[str, Any]] = field(default_factory=list)
+    # one entry per round: {"round", "selection": {family: {candidates, failed_candidates, repeats_excluded,
+    # demos}}, "replay_added": {"chunks", "episodes"} by split, "replay_buffer": the same, held after adding}
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    # rounds resumed from checkpoints written before this record existed (their demonstrations are unknown)
+    unrecorded_rounds: list[int] = field(default_factory=list)
+
+    @property
+    def demonstrated(self) -> set[str]:
+        return {d["scene_hash"] for d in self.demos}
+
+    def _round(self, r: int) -> dict[str, Any]:
+        if not self.rounds or self.rounds[-1]["round"] != r:
+            self.rounds.append({"round": r, "selection": {}, "replay_added": {}, "replay_buffer": {}})
+        return self.rounds[-1]
+
+    def add_demo(
+        self, r: int, family: str, split: str, scene_hash: str, *, success: bool, mode_id: str | None = None
+    ) -> None:
+        self.demos.append(
+            {
+                "round": r,
+                "family": family,
+                "split": split,
+                "scene_hash": scene_hash,
+                "success": bool(success),
+                "mode_id": mode_id if split == "targeted" else None,
+            }
+        )
+
+    def add_selection(self, r: int, family: str, **counts: int) -> None:
+        self._round(r)["selection"][family] = counts
+
+    def add_replay(self, r: int, added: list[tuple[str, int]], held: dict[str, dict[str, int]]) -> None:
+        """Round r's replay: `added` lists (split, chunks added) per rollout (0 chunks: not an episode of the
+        store), `held` is `ChunkReplay.composition()` after adding them."""
+        chunks, episodes = Counter(), Counter()
+        for split, n in added:
+            chunks[split] += n
+            episodes[split] += int(n > 0)
+        entry = self._round(r)
+        entry["replay_added"] = {
+            "chunks": dict(sorted(chunks.items())),
+            "episodes": dict(sorted(episodes.items())),
+        }
+        entry["replay_buffer"] = held
+
+    def to_state(self) -> dict[str, Any]:
+        return {"demos": self.demos, "rounds": self.rounds, "unrecorded_rounds": self.unrecorded_rounds}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any] | None, rounds: int) -> TrainedOn:
+        """The record of a checkpoint after `rounds` rounds (`to_state`'s dict; None: a checkpoint written before
+        recording, whose rounds 1..`rounds` stay unrecorded)."""
+        if state is None:
+            return cls(unrecorded_rounds=list(range(1, rounds + 1)))
+        return cls(
+            demos=list(state["demos"]),
+            rounds=list(state["rounds"]),
+            unrecorded_rounds=list(state["unrecorded_rounds"]),
+        )
+
+    @staticmethod
+    def read(run: str | Path) -> dict[str, Any]:
+        """The trained_on.json of a run directory or record (or that file's path); FileNotFoundError names what
+        is missing, as for a record written before runs recorded what they trained on."""
+        path = Path(run)
+        path = path if path.suffix == ".json" else path / TRAINED_ON
+        if not path.is_file():
+            raise FileNotFoundError(path)
+        doc = json.loads(path.read_text())
+        if doc.get("format_version") != TRAINED_ON_VERSION:
+            raise ValueError(f"{path}: unsupported format {doc.get('format_version')!r}")
+        return doc
+
+    @staticmethod
+    def summary(doc: dict[str, Any]) -> dict[str, Any]:
+        """What a trained_on.json says a run trained on: demonstrations by split (count, share of the
+        demonstrations, the policy's success on those scenes) per round and in total, repeated scenes, and
+        the replay's composition by split (added per round and in total, held after the last round)."""
+
+        def by_split(demos: list[dict[str, Any]]) -> dict[str, Any]:
+            splits = sorted({d["split"] for d in demos})
+            rows = {}
+            for split in splits:
+                got = [d for d in demos if d["split"] == split]
+                rows[split] = {
+                    "n": len(got),
+                    "share": round(len(got) / len(demos), 4),
+                    "policy_success": round(float(np.mean([d["success"] for d in got])), 4),
+                }
+            return {"n": len(demos), "by_split": rows}
+
+        demos = doc["demos"]
+        rounds = sorted({e["round"] for e in doc["rounds"]} | {d["round"] for d in demos})
+        added: dict[str, Counter] = {"chunks": Counter(), "episodes": Counter()}
+        for e in doc["rounds"]:
+            for kind in added:
+                added[kind].update(e["replay_added"].get(kind, {}))
+        seen: set[str] = set()
+        repeats = 0
+        for d in demos:
+            repeats += d["scene_hash"] in seen
+            seen.add(d["scene_hash"])
+        return {
+            **{k: doc.get(k) for k in ("method", "seed", "profile", "trains", "demo_selection")},
+            "unrecorded_rounds": doc["unrecorded_rounds"],
+            "demos": {
+                "total": by_split(demos),
+                "rounds": [{"round": r, **by_split([d for d in demos if d["round"] == r])} for r in rounds],
+            },
+            "repeats": {
+                "demos_of_an_already_demonstrated_scene": repeats,
+                "unique_scenes": len(seen),
+                "candidates_excluded": sum(
+                    s["repeats_excluded"] for e in doc["rounds"] for s in e["selection"].values()
+                ),
+            },
+            "replay": {
+                "added": {
+                    "total": {kind: dict(sorted(c.items())) for kind, c in added.items()},
+                    "rounds": [{"round": e["round"], **e["replay_added"]} for e in doc["rounds"]],
+                },
+                "held_after_last_round": doc["rounds"][-1]["replay_buffer"] if doc["rounds"] else {},
+            },
+        }
+
+    def write(self, out: Path, header: dict[str, Any]) -> Path:
+        """`out`/trained_on.json: `header` (method, seed, selection, ...) and the record."""
+        path = Path(out) / TRAINED_ON
+        doc = {"format_version": TRAINED_ON_VERSION, **header, **self.to_state()}
+        path.write_text(json.dumps(doc, indent=1) + "\n")
+        return path
+
+
 class Trainer:
     """The learning steps of the loop's rounds."""
 
     def __init__(self, loop: Any) -> None:
         self.loop = loop
+        self.record = TrainedOn()  # what the run trained on (restored by the loop on resume)
         self.critic_loss: float | None = None
         # the last round's per-update log (`coda.coevolve.state.TRAIN_LOG_COLUMNS`), saved with its checkpoint
         self.log: list[dict[str, Any]] = []
         self.round_losses: dict[str, float | None] = {}  # the last round's mean losses, for rounds.json
 
-    def collect_demos(self, rollouts: list) -> None:
-        """`demos_per_family` planner demonstrations per family: scenes the policy failed first (targeted
-        scenes of validated modes, weighted by their training programs' planner_demos), then the others."""
+    def collect_demos(self, r: int, rollouts: list) -> None:
+        """Round r's planner demonstrations: per family, up to `demos_per_family` of the certified non-control
+        rollouts, never a scene this run already demonstrated (by scene hash), in the order `demo_selection`
+        states for every method alike: "failures_first" (scenes the policy failed first; targeted scenes of
+        validated modes weighted by their training programs' planner_demos), or "random" (a seeded shuffle).
+        Each demonstration joins the imitation set and the record."""
         loop = self.loop
+        c = loop.c
+        rng = np.random.default_rng([loop.seed, r, 2])  # stream 2 of the round: demonstration order
+
+        def priority(item):
+            q, v, rec = item
+            program = loop.modes.training_program(q.mode_id) if q.split == "targeted" else None
+            extra = TrainingProgram.from_doc(program).demos if program else 0
+            return (rec.success, -extra, v["hash"])
+
+        demonstrated = self.record.demonstrated
         for f in loop.families:
             cands = [
                 (q, v, rec)
                 for q, v, rec in rollouts
                 if q.family == f and v["demo"] is not None and q.split != "control"
             ]
-
-            def priority(item):
-                q, v, rec = item
-                program = loop.modes.training_program(q.mode_id) if q.split == "targeted" else None
-                extra = TrainingProgram.from_doc(program).demos if program else 0
-                return (rec.success, -extra, v["hash"])
-
-            cands.sort(key=priority)
-            for _q, v, _rec in cands[: loop.c.demos_per_family]:
+            if c.demo_selection == "failures_first":
+                cands.sort(key=priority)
+            else:
+                cands = [cands[i] for i in rng.permutation(len(cands))]
+            chosen, repeats = [], 0
+            for item in cands:
+                if item[1]["hash"] in demonstrated:  # in an earlier round, or chosen earlier in this one
+                    repeats += 1
+                elif len(chosen) < c.demos_per_family:
+                    demonstrated.add(item[1]["hash"])
+                    chosen.append(item)
+            for q, v, rec in chosen:
                 loop.state.demos.append(v["demo"])
+                self.record.add_demo(r, f, q.split, v["hash"], success=rec.success, mode_id=q.mode_id)
+            self.record.add_selection(
+                r,
+                f,
+                candidates=len(cands),
+                failed_candidates=sum(not rec.success for _, _, rec in cands),
+                repeats_excluded=repeats,
+                demos=len(chosen),
+            )
 
     def imitation_weight(self) -> float:
         """The imitation term's weight: the config's, scaled by the training programs' learning tools

@@ -26,6 +26,7 @@ Example:
 from coda.config.checks import ConfigError
 from coda.config.coevolve import (
     COMPILERS,
+    DEMO_SELECTIONS,
     DIAGNOSERS,
     FINETUNES,
     POTENTIALS,
@@ -57,6 +58,7 @@ __all__ = [
     "BACKBONES",
     "BACKENDS",
     "COMPILERS",
+    "DEMO_SELECTIONS",
     "DIAGNOSERS",
     "FAMILIES",
     "FINETUNES",

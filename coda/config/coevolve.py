@@ -28,6 +28,7 @@ SELECTIONS = ("softmax", "argmax")
 FINETUNES = ("full", "lora")
 AWR_CANDIDATES = ("round", "update")
 TD_BOOTSTRAPS = ("executed", "policy")
+DEMO_SELECTIONS = ("failures_first", "random")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,10 @@ class CoevolveConfig:
     min_pairs: int = 3  # targeted/control pairs a mode needs before it can be validated or rejected
     validate_alpha: float = 0.25  # ... and the one-sided McNemar p-value it must reach to be validated
     demos_per_family: int = 8  # planner demonstrations per family per round (same for every method)
+    # which of a round's certified non-control rollouts are demonstrated, for every method alike (never a scene
+    # the run already demonstrated): failed scenes first ("failures_first", closed-loop selection), or a seeded
+    # shuffle ("random")
+    demo_selection: str = "failures_first"
     rehearsal_per_family: int = 25  # seed scenes per family whose planner demos imitation keeps rehearsing
     critic_steps: int = 200  # critic TD updates per round
     policy_updates: int = 150  # AWR policy updates per round (the cap under adaptive scheduling)
@@ -163,6 +168,7 @@ class CoevolveConfig:
         _check_choice("finetune", self.finetune, FINETUNES)
         _check_choice("awr_candidates", self.awr_candidates, AWR_CANDIDATES)
         _check_choice("td_bootstrap", self.td_bootstrap, TD_BOOTSTRAPS)
+        _check_choice("demo_selection", self.demo_selection, DEMO_SELECTIONS)
         if not (isinstance(self.diagnoser, str) and self.diagnoser.startswith("noisy:")):
             _check_choice("diagnoser", self.diagnoser, DIAGNOSERS)
         elif not _parses_as_float(self.diagnoser[6:]) or not 0 <= float(self.diagnoser[6:]) <= 1:

@@ -42,9 +42,13 @@ class DataConfig:
     # `coda data scenes` (the pipeline's first stage): true takes the profile's scenes from the released data/
     # (pulling or rebuilding it first); false builds only the profile's slots when data/ is absent
     use_release: bool = True
+    # `coda regimes`: certified uniform generator draws per family on which each regime's SFT policy is measured
+    # (its failure rate tells the benchmark regimes apart; issue #27)
+    uniform_draws: int = 64
 
     def __post_init__(self) -> None:
         _check_int("n_seed_layouts", self.n_seed_layouts, minimum=1)
+        _check_int("uniform_draws", self.uniform_draws, minimum=1)
         _check_int("suite_size", self.suite_size, minimum=1)
         object.__setattr__(self, "families", _check_choices("families", self.families, FAMILIES))
         _check_bool("use_release", self.use_release)

@@ -3,10 +3,13 @@
 A `ProgramCompiler` reads a diagnosis ``{"family", "variant", "phase", "factor", "cause", ...}`` and the failing
 scene, and writes the two programs of `coda.memory.programs`. Three backends:
 
-* ``template`` (default): deterministic, no tokens. The generation program *recreates the difficulty*: one
-  operation on the diagnosed factor whose value comes from the failing scene (a small window around the
-  failing value, the failing asset's category, template id or distractor count); the training program is
-  Text2potential's fragment plus learning tools chosen by the failing phase.
+* ``template`` (default): deterministic, no tokens. The generation program *recreates the difficulty* as a
+  region of factor values: one operation on the diagnosed factor covering the failing scenes (the hull of
+  their values padded by ``WINDOW`` of the generator range, their training categories, template ids or
+  distractor counts), preceded by the task variant they had (the task component, for families with more
+  than one). `region` recompiles a mode's program over all its diagnoses' failing scenes as the mode gains
+  diagnoses. The training program is Text2potential's fragment plus learning tools chosen by the failing
+  phase.
 * ``hf``: a local transformers causal LM (greedy decoding), prompted with the diagnosis, the family's DSL,
   the predicate library and a worked example; its reply must parse into the same DSL and pass validation.
 * ``openai``: any OpenAI-compatible ``/chat/completions`` endpoint (e.g. a local vLLM or Ollama), same prompt.
@@ -18,8 +21,9 @@ Example:
     >>> compiler = make_compiler("template")
     >>> result = compiler.compile({"family": "pick_place", "variant": "bin", "phase": "lift",
     ...                            "factor": "mass", "cause": "the object slips out when lifted"}, scene)
-    >>> result.generation["operations"]   # a window around the failing scene's mass
-    [{'op': 'sample', 'role': 'target', 'attribute': 'mass', 'range': [0.0544, 0.2104]}]
+    >>> result.generation["operations"]   # the failing variant, a window around the failing scene's mass
+    [{'op': 'set', 'role': None, 'attribute': 'variant', 'value': 'bin'},
+     {'op': 'sample', 'role': 'target', 'attribute': 'mass', 'range': [0.0544, 0.2104]}]
     >>> result.training["tools"]["planner_demos"], result.prompt_tokens, result.errors
     (4, 0, [])
 """
@@ -30,7 +34,7 @@ import json
 import os
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -41,6 +45,7 @@ from coda.memory.programs import (
     UNSUPPORTED,
     dsl_spec,
     generator_limits,
+    generator_variants,
     validate_generation,
     validate_training,
 )
@@ -48,7 +53,7 @@ from coda.sim.families import REGISTRY
 from coda.sim.families.ranges import RANGES, TRAIN_TEMPLATES
 from coda.sim.scene import SceneSpec
 
-WINDOW = 0.1  # template programs sample within ±10% of the generator range around the failing value
+WINDOW = 0.1  # template programs sample the failing values' hull padded by ±10% of the generator range
 # keep task objects apart when a template program moves one of them (only if the failing scene does)
 SEPARATION = {"pick_place": (("target", "container"), 0.15), "stack": (("top", "base"), 0.1)}
 # learning tools by failing phase: early (contact-rich) phases lean on demonstrations and imitation,
@@ -135,14 +140,21 @@ def factor_values(scene: SceneSpec) -> dict[str, Any]:
     return out
 
 
-def _window(value: float, ranges: Any) -> list[float]:
-    """[lo, hi]: ±WINDOW of the generator range around `value`, inside the (nearest) generator interval."""
-    intervals = ranges if isinstance(ranges, list) else [ranges]
-    lo, hi = min(
+def _nearest_interval(value: float, intervals: list) -> tuple[float, float]:
+    return min(
         intervals, key=lambda r: 0.0 if r[0] <= value <= r[1] else min(abs(value - r[0]), abs(value - r[1]))
     )
+
+
+def _hull(values: Sequence[float], ranges: Any) -> list[float]:
+    """[lo, hi]: the hull of `values` padded by ±WINDOW of the generator range, inside the generator interval
+    nearest the first value (of a union such as pick_place's two container sides, one side: a range is one
+    interval, so values nearest another interval are left out)."""
+    intervals = ranges if isinstance(ranges, list) else [ranges]
+    lo, hi = _nearest_interval(values[0], intervals)
+    kept = [v for v in values if _nearest_interval(v, intervals) == (lo, hi)]
     w = WINDOW * (hi - lo)
-    return [round(min(max(value - w, lo), hi), 4), round(min(max(value + w, lo), hi), 4)]
+    return [round(min(max(min(kept) - w, lo), hi), 4), round(min(max(max(kept) + w, lo), hi), 4)]
 
 
 def choose_factor(diagnosis: Mapping[str, Any]) -> str:
@@ -154,36 +166,97 @@ def choose_factor(diagnosis: Mapping[str, Any]) -> str:
     return next(f for f in prior if factor_target(family, f)[1] not in UNSUPPORTED)
 
 
-def recreate(factor: str, scene: SceneSpec) -> dict[str, Any]:
-    """One operation that brings a base scene's `factor` to (near) the failing scene's value."""
-    family = scene.family
+def _one_or_many(op: dict[str, Any], key: str, values: list) -> dict[str, Any]:
+    """``set`` the one value, or ``sample`` among several (under `key`)."""
+    return (
+        {**op, "op": "set", "value": values[0]} if len(values) == 1 else {**op, "op": "sample", key: values}
+    )
+
+
+def recreate(factor: str, scenes: Sequence[SceneSpec]) -> dict[str, Any]:
+    """One operation that brings a base scene's `factor` into the region the failing `scenes` span: the hull
+    of their values padded by ``WINDOW`` (numeric factors), their training categories, training templates or
+    distractor counts (a held-out category or template among them leaves the sample unrestricted)."""
+    family = scenes[0].family
     role, attribute = factor_target(family, factor)
-    value = factor_values(scene)[factor]
+    values = [factor_values(s)[factor] for s in scenes]
     op: dict[str, Any] = {"role": role, "attribute": attribute}
     if attribute in ("position", "goal_offset"):
         limits = generator_limits(family, role, attribute)
-        return {**op, "op": "sample", "range": [_window(v, lim) for v, lim in zip(value, limits)]}
+        return {
+            **op,
+            "op": "sample",
+            "range": [_hull([v[k] for v in values], lim) for k, lim in enumerate(limits)],
+        }
     if attribute in ("yaw", "scale", "mass", "friction"):
         (limits,) = generator_limits(family, role, attribute)
-        return {**op, "op": "sample", "range": _window(value, limits)}
+        return {**op, "op": "sample", "range": _hull(values, limits)}
     if attribute == "instance":
-        if value["category"] in RANGES[family]["heldout_categories"]:
+        heldout = RANGES[family]["heldout_categories"]
+        categories = sorted({v["category"] for v in values})
+        if any(c in heldout for c in categories):
             return {**op, "op": "sample"}
-        return {**op, "op": "sample", "categories": [value["category"]]}
+        return {**op, "op": "sample", "categories": categories}
     if attribute == "instruction":
-        return {**op, "op": "set", "value": value} if value < TRAIN_TEMPLATES else {**op, "op": "sample"}
+        if any(v >= TRAIN_TEMPLATES for v in values):
+            return {**op, "op": "sample"}
+        return _one_or_many(op, "values", sorted(set(values)))
     lo, hi = REGISTRY[family].space("generator")["distractors"]
-    return {**op, "op": "set", "value": int(min(max(value, lo), hi))}
+    counts = sorted({int(min(max(v, lo), hi)) for v in values})
+    return (
+        {**op, "op": "set", "value": counts[0]}
+        if len(counts) == 1
+        else {**op, "op": "sample", "range": [counts[0], counts[-1]]}
+    )
 
 
-def _constraints(op: Mapping[str, Any], scene: SceneSpec) -> list[dict[str, Any]]:
-    if op["attribute"] != "position" or scene.family not in SEPARATION:
+def recreate_variant(scenes: Sequence[SceneSpec]) -> dict[str, Any] | None:
+    """The task component of the failing `scenes`: their variant(s), or None for a family with one."""
+    if len(generator_variants(scenes[0].family)) < 2:
+        return None
+    return _one_or_many(
+        {"role": None, "attribute": "variant"}, "values", sorted({s.task.variant for s in scenes})
+    )
+
+
+def _constraints(op: Mapping[str, Any], scenes: Sequence[SceneSpec]) -> list[dict[str, Any]]:
+    family = scenes[0].family
+    if op["attribute"] != "position" or family not in SEPARATION:
         return []
-    (a, b), dist = SEPARATION[scene.family]
-    pa, pb = scene.spatial.poses[scene.role(a)], scene.spatial.poses[scene.role(b)]
-    if ((pa.x - pb.x) ** 2 + (pa.y - pb.y) ** 2) ** 0.5 < dist:
-        return []  # the failing scene itself has them closer: recreating it must not forbid that
+    (a, b), dist = SEPARATION[family]
+    for scene in scenes:
+        pa, pb = scene.spatial.poses[scene.role(a)], scene.spatial.poses[scene.role(b)]
+        if ((pa.x - pb.x) ** 2 + (pa.y - pb.y) ** 2) ** 0.5 < dist:
+            return []  # a failing scene itself has them closer: recreating it must not forbid that
     return [{"relation": "min_distance", "roles": [a, b], "value": dist}]
+
+
+def generation_program(factor: str, scenes: Sequence[SceneSpec], header: Mapping[str, Any]) -> dict[str, Any]:
+    """The template generation program of the region the failing `scenes` span on `factor`: their task
+    variant first (changing it may redraw what the factor's operation then sets), then the factor."""
+    op = recreate(factor, scenes)
+    task = recreate_variant(scenes)
+    return validate_generation(
+        {
+            **header,
+            "kind": "generation",
+            "perturbs": factor,
+            "operations": [op] if task is None else [task, op],
+            "constraints": _constraints(op, scenes),
+        }
+    )
+
+
+def region(program: Mapping[str, Any], scenes: Sequence[SceneSpec]) -> dict[str, Any]:
+    """A mode's generation program recompiled over the failing scenes of all its diagnoses (first = the
+    mode's first diagnosis): the region they span on the program's factor. Only template programs are
+    regions; another backend's program (an LLM's reply to the mode's first diagnosis) is returned as is,
+    since recompiling it would cost a prompt per diagnosis."""
+    program = validate_generation(program)
+    if program["source"] != "template":
+        return program
+    header = {"family": program["family"], "mode": program["mode"], "source": "template"}
+    return generation_program(program["perturbs"], scenes, header)
 
 
 def _potential(diagnosis: Mapping[str, Any], scene: SceneSpec, variant: str) -> dict[str, Any]:
@@ -207,18 +280,8 @@ class TemplateCompiler:
     def programs(self, diagnosis: Mapping[str, Any], scene: SceneSpec, potential_variant: str = "full"):
         """(generation, training) programs; raises `ProgramError` for a diagnosis that does not fit."""
         diag = check_diagnosis(diagnosis, scene)
-        factor = choose_factor(diag)
-        op = recreate(factor, scene)
         header = {"family": scene.family, "mode": str(diag.get("mode") or ""), "source": "template"}
-        generation = validate_generation(
-            {
-                **header,
-                "kind": "generation",
-                "perturbs": factor,
-                "operations": [op],
-                "constraints": _constraints(op, scene),
-            }
-        )
+        generation = generation_program(choose_factor(diag), [scene], header)
         tools = EARLY_TOOLS if diag["phase"] in EARLY_PHASES else LATE_TOOLS
         training = validate_training(
             {

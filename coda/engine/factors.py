@@ -17,6 +17,7 @@ from coda.memory.factors import (  # noqa: F401
     FACTORS,
     PRIMARY_ROLE,
     SCENE_ATTRIBUTES,
+    TASK_ATTRIBUTES,
     factor_name,
     factor_target,
 )

@@ -4,12 +4,15 @@ A round's environment budget per family is ``2 · envs_per_family`` environments
 control). Every strategy turns it into `EnvRequest`s, which `coda.engine.jobs.generate_job` builds in the
 workers:
 
-* ``memory`` (CoDA): ε = ``novel_share`` of the slots go to novel environments sampled from the generator
-  space, ``replay_share`` to stored environments, the rest to difficulty modes in proportion to their
-  allocation weight (`mode_weight`: candidate modes first need testing; validated modes get more the more
-  learning progress they show and the closer their success is to the middle of the success band). A mode's
-  slot is a *pair*: the mode's generation program applied to a base scene (targeted) and the same base scene
-  without the program's operations (control).
+* ``memory`` (CoDA, `allocate`): the novel stream (environments sampled from the generator space), the replay
+  stream (stored environments) and every difficulty mode are *arms*. ε = ``novel_share`` and
+  ``replay_share`` of the slots are floors of the two streams; of the rest, at most ``CANDIDATE_SHARE`` tests
+  candidate modes that recur (``CANDIDATE_MIN_DIAGNOSES``), and the remainder goes to the arms in proportion
+  to `arm_weight`: a validated mode by its learning progress and how central its success lies in the
+  success band, and nothing when its success is outside the band; the novel stream by its learning
+  progress plus a base weight (slots no mode earns fall back to novel draws); the replay stream by its
+  learning progress only. A mode's slot is a *pair*: the mode's generation program applied to a base scene
+  (targeted) and the same base scene without the program's operations (control).
 * ``sr_guided``: closed loop on success rate only (PLR-style): environments whose estimated success
   p = (s + 1) / (n + 2) is intermediate (weight p(1 − p)) are mutated along a random factor or replayed;
   novel environments fill ε of the budget.
@@ -22,7 +25,7 @@ The control experiment that decides whether a diagnosed difficulty is real is `c
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,9 @@ import numpy as np
 
 from coda.engine.factors import FACTORS, PRIMARY_ROLE
 
+CANDIDATE_SHARE = 0.25  # at most this share of the mode slots tests candidate modes ...
+CANDIDATE_MIN_DIAGNOSES = 2  # ... that have recurred: a failure seen once is not yet a mode (paper §3.2)
+ARM_BASE = 0.25  # weight of an in-band validated mode, or of the novel stream, before its progress counts
 SPLIT_CODES = {"novel": 1, "targeted": 2, "control": 3, "replay": 4, "mutation": 5}
 
 
@@ -107,26 +113,85 @@ def largest_remainder(weights: Sequence[float], total: int) -> list[int]:
 
 
 def mode_weight(mode: ModeView, band: tuple[float, float]) -> float:
-    """Allocation weight of a mode: untested candidates first; validated modes by learning progress and by
-    how close their success (1 − hardness) lies to the middle of the success band."""
-    if mode.status == "candidate":
-        return 1.0
+    """Allocation weight of a validated mode: zero when its variant success (1 − hardness) lies outside the
+    success band (paper §3.3: variants are kept only inside it), else ``ARM_BASE`` + 2 · learning progress +
+    0.5 · how close the success lies to the middle of the band."""
     success = 1.0 - mode.hardness
     lo, hi = band
-    in_band = lo <= success <= hi
-    centre = 1.0 - abs(success - (lo + hi) / 2) / max((hi - lo) / 2, 1e-9) if in_band else 0.0
-    return 0.25 + 2.0 * mode.learning_progress + 0.5 * max(centre, 0.0)
+    if not lo <= success <= hi:
+        return 0.0
+    centre = 1.0 - abs(success - (lo + hi) / 2) / max((hi - lo) / 2, 1e-9)
+    return ARM_BASE + 2.0 * mode.learning_progress + 0.5 * centre
 
 
-def split_budget(n: int, novel_share: float, replay_share: float, n_modes: int) -> tuple[int, int, int]:
-    """(novel, replay, mode) slot counts of `n` slots; without modes the mode share goes to novel."""
+def stream_weight(split: str, learning_progress: float) -> float:
+    """Allocation weight of the novel or replay stream beyond its ε floor: the novel stream is the default
+    arm (``ARM_BASE`` + 2 · learning progress: slots no mode earns fall back to novel draws); the replay
+    stream gets only what its learning progress earns (2 · learning progress)."""
+    return (ARM_BASE if split == "novel" else 0.0) + 2.0 * learning_progress
+
+
+@dataclass
+class Allocation:
+    """A family's slots of one round: novel and replay slots, and pairs per mode (in the order given)."""
+
+    novel: int
+    replay: int
+    modes: list[int]
+
+
+def testable(mode: ModeView, min_diagnoses: int) -> bool:
+    """A candidate worth a control experiment: it recurred, or its program was lifted from a mode validated
+    in another family (Appendix A, no diagnosis of its own)."""
+    return mode.recurrence >= min_diagnoses or mode.program.get("source") == "transfer"
+
+
+def allocate(
+    n: int,
+    modes: list[ModeView],
+    *,
+    novel_share: float,
+    replay_share: float,
+    has_stored: bool,
+    band: tuple[float, float],
+    min_pairs: int,
+    progress: Mapping[str, float] | None = None,
+) -> Allocation:
+    """Split `n` slots among the arms (see the module docstring). `progress` holds the measured learning
+    progress of the ``novel`` and ``replay`` streams (0 when absent); without stored scenes the replay floor
+    goes to novel.
+
+    Candidates: the most recurrent testable ones get `min_pairs` pairs each, within ``CANDIDATE_SHARE`` of
+    the mode slots (the slots beyond the ε floors). A profile too small for that share to hold one test (the
+    smoke profile: 3 mode slots) tests one candidate anyway, and when no candidate has recurred it tests a
+    candidate of one diagnosis, so that the control experiment still runs there."""
+    progress = progress or {}
     novel = int(round(novel_share * n))
     replay = int(round(replay_share * n))
-    modes = n - novel - replay
-    if n_modes == 0:
-        novel += modes
-        modes = 0
-    return novel, replay, modes
+    if not has_stored:
+        novel, replay = novel + replay, 0
+    free = n - novel - replay
+    counts = [0] * len(modes)
+    cap = int(CANDIDATE_SHARE * free)
+    tiny = cap < min_pairs
+    candidates = [i for i, m in enumerate(modes) if m.status == "candidate"]
+    tested = [i for i in candidates if testable(modes[i], CANDIDATE_MIN_DIAGNOSES)]
+    if tiny:
+        cap = min(min_pairs, free)
+        tested = tested or [i for i in candidates if testable(modes[i], 1)]
+    tested.sort(key=lambda i: (-modes[i].recurrence, modes[i].mode_id))
+    for i in tested[: cap // max(min_pairs, 1)]:
+        counts[i] = min_pairs
+    validated = [i for i, m in enumerate(modes) if m.status == "validated"]
+    weights = [stream_weight("novel", progress.get("novel", 0.0))]
+    weights += [stream_weight("replay", progress.get("replay", 0.0))] if has_stored else []
+    weights += [mode_weight(modes[i], band) for i in validated]
+    shares = largest_remainder(weights, free - sum(counts))
+    novel += shares.pop(0)
+    replay += shares.pop(0) if has_stored else 0
+    for i, c in zip(validated, shares):
+        counts[i] = c
+    return Allocation(novel, replay, counts)
 
 
 def seed_for(seed: int, round_: int, family: str, split: str, index: int) -> list[int]:
@@ -154,24 +219,33 @@ def memory_requests(
     rng: np.random.Generator,
     min_pairs: int = 2,
     base_weights: Sequence[float] | None = None,
+    progress: Mapping[str, float] | None = None,
 ) -> list[EnvRequest]:
-    """CoDA's allocation for one family: `n` slots of two environments each (see the module docstring).
+    """CoDA's allocation for one family: `n` slots of two environments each (`allocate`; `progress`: the
+    novel and replay streams' learning progress).
 
-    Base scenes are drawn with probability ∝ `base_weights` (the policy's estimated success on them, from
-    earlier controls): a control experiment can only show a drop where the policy succeeds on the control.
-    The family's pairs of the round use distinct base scenes while unused ones remain (`draw_bases`)."""
+    Base scenes (seed scenes and generated scenes the policy has solved) are drawn with probability ∝
+    `base_weights` (the policy's estimated success on them): a control experiment can only show a drop where
+    the policy succeeds on the control. The family's pairs of the round use distinct base scenes while
+    unused ones remain (`draw_bases`)."""
     modes = [m for m in modes if m.family == family]
-    n_novel, n_replay, n_modes = split_budget(n, novel_share, replay_share, len(modes))
-    if not stored:
-        n_novel += n_replay
-        n_replay = 0
+    plan = allocate(
+        n,
+        modes,
+        novel_share=novel_share,
+        replay_share=replay_share,
+        has_stored=bool(stored),
+        band=band,
+        min_pairs=min_pairs,
+        progress=progress,
+    )
     out: list[EnvRequest] = []
-    for k in range(2 * n_novel):
+    for k in range(2 * plan.novel):
         out.append(EnvRequest(family, "novel", seed_for(seed, round_, family, "novel", k)))
-    for k in range(2 * n_replay):
+    for k in range(2 * plan.replay):
         scene = stored[int(rng.integers(len(stored)))]
         out.append(EnvRequest(family, "replay", seed_for(seed, round_, family, "replay", k), base=scene))
-    counts = mode_counts(modes, n_modes, band, min_pairs)
+    counts = plan.modes
     p = None
     if base_weights is not None:
         w = np.asarray(base_weights, dtype=np.float64)
@@ -222,30 +296,6 @@ def draw_bases(rng: np.random.Generator, n_bases: int, count: int, p: np.ndarray
         used.add(i)
         out.append(i)
     return out
-
-
-def mode_counts(modes: list[ModeView], n_slots: int, band: tuple[float, float], min_pairs: int) -> list[int]:
-    """Pairs per mode. Candidates are tested `min_pairs` pairs at a time (most recurrent first), so that each
-    test this round can decide; when validated modes exist, candidates get at most half of the slots and the
-    validated modes share the rest by `mode_weight`."""
-    counts = [0] * len(modes)
-    candidates = sorted(
-        (i for i, m in enumerate(modes) if m.status == "candidate"),
-        key=lambda i: (-modes[i].recurrence, modes[i].mode_id),
-    )
-    validated = [i for i, m in enumerate(modes) if m.status == "validated"]
-    budget = n_slots // 2 if validated else n_slots
-    for i in candidates[: budget // max(min_pairs, 1)]:
-        counts[i] = min_pairs
-    rest = n_slots - sum(counts)
-    if validated:
-        for i, c in zip(validated, largest_remainder([mode_weight(modes[i], band) for i in validated], rest)):
-            counts[i] = c
-    elif candidates:
-        tested = [i for i in candidates if counts[i]] or candidates[:1]
-        for k in range(rest):
-            counts[tested[k % len(tested)]] += 1
-    return counts
 
 
 def random_program(family: str, rng: np.random.Generator, *, n_ops: int = 1) -> dict:
@@ -346,16 +396,22 @@ def domain_rand_requests(
 
 def exhibits(program: dict, scene) -> bool:
     """Whether `scene` shows the difficulty `program` recreates: every operation's factor of the scene lies in
-    the region the operation produces (a sampled range, widened by 10% of its width; a set value). A
+    the region the operation produces (a sampled range, widened by 10% of its width; a set value; one of the
+    operation's task variants). A
     diagnosis is confirmed by its mode's control experiment only when its own failing scene exhibits the
     validated difficulty; this reads the scene, never the program that generated it."""
     from coda.engine.diagnose import factor_values
-    from coda.engine.factors import factor_name
+    from coda.engine.factors import TASK_ATTRIBUTES, factor_name
+    from coda.memory.programs import variant_choices
 
     if program.get("family") != scene.family:
         return False
     values = factor_values(scene)
     for op in program.get("operations", []):
+        if op["attribute"] in TASK_ATTRIBUTES:
+            if scene.task.variant not in variant_choices(scene.family, op):
+                return False
+            continue
         factor = factor_name(scene.family, op.get("role"), op["attribute"])
         if factor is None or factor not in values:
             return False

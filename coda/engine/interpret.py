@@ -7,7 +7,10 @@ are drawn from; held-out instances, categories and instruction templates are nev
 invariants are kept as each sampler builds scenes: a push goal keeps its offset when the target moves; a
 pick_place target is mirrored to the far side when the bin changes sides; the drawer goal records the
 cabinet yaw and the top drawer of a new cabinet; the instruction is re-rendered with the family's names when
-an instance or template changes. Role binding and transfer across families: `coda.engine.transfer`.
+an instance, template or task variant changes. A ``variant`` operation changes the task component as the
+family's sampler builds that variant: a pick_place container becomes a bin or a flat region, a push goal
+offset is re-drawn (``sideways`` pushes run mostly along y), a drawer to close starts open. Role binding and
+transfer across families: `coda.engine.transfer`.
 
 Example:
     >>> prog = validate_generation({"family": "pick_place", "operations": [
@@ -26,11 +29,17 @@ from typing import Any
 
 import numpy as np
 
-from coda.memory.factors import SCENE_ATTRIBUTES, factor_name
-from coda.memory.programs import GENERATOR, ProgramError, generator_limits, validate_generation
+from coda.memory.factors import SCENE_ATTRIBUTES, TASK_ATTRIBUTES, factor_name
+from coda.memory.programs import (
+    GENERATOR,
+    ProgramError,
+    generator_limits,
+    validate_generation,
+    variant_choices,
+)
 from coda.sim.families import REGISTRY
 from coda.sim.families.base import is_heldout_instance, uniform
-from coda.sim.families.drawer import PART_NAMES
+from coda.sim.families.drawer import INIT_OPEN, PART_NAMES
 from coda.sim.families.naming import describe
 from coda.sim.families.ranges import RANGES, TRAIN_TEMPLATES
 from coda.sim.scene import (
@@ -49,6 +58,11 @@ __all__ = ["Draft", "apply_generation", "first_violated", "role_used"]
 MAX_TRIES = 20  # resampling attempts when a program's constraints fail
 DISTRACTOR_BOX = ((0.32, 0.68), (-0.32, 0.32))  # where added distractors are placed (as the samplers do)
 PUSH_GOAL_BOX = ((0.32, 0.7), (-0.32, 0.32))  # push goals are kept here (as push.sample does)
+# pick_place's container per variant: (asset id, category, colour), as pick_place.sample builds it
+CONTAINERS = {
+    "bin": ("fixture/bin", "bin", (0.55, 0.45, 0.35, 1.0)),
+    "region": ("fixture/region", "region", (0.2, 0.7, 0.3, 1.0)),
+}
 
 
 @dataclass
@@ -159,6 +173,24 @@ def _set_yaw(d: Draft, i: int, role: str, yaw: float) -> None:
         d.goal[2] = yaw
 
 
+def _set_variant(d: Draft, variant: str, rng: np.random.Generator) -> None:
+    """Change the task variant, keeping what the family's sampler builds for it."""
+    if variant == d.variant:
+        return
+    d.variant, d.rename = variant, True
+    if d.family == "pick_place":
+        asset_id, category, rgba = CONTAINERS[variant]
+        d.objects[d.bindings["container"]].update(asset_id=asset_id, category=category, rgba=rgba)
+    elif d.family == "push":  # a new goal offset, drawn as push.sample draws it for the variant
+        dx, dy = (uniform(rng, r) for r in generator_limits(d.family, "goal", "goal_offset"))
+        if variant == "sideways":
+            ty = d.poses[d.bindings["target"]]["y"]
+            dx, dy = dy, math.copysign(max(abs(dx), 0.08), -ty if abs(ty) > 0.05 else dx)
+        _set_goal_offset(d, [dx, dy])
+    elif d.family == "drawer":  # goal = (part, initial opening, yaw): a drawer to close starts open
+        d.goal[1] = round(float(rng.uniform(*INIT_OPEN)), 4) if variant == "close" else 0.0
+
+
 def _sample_instance(d: Draft, i: int, op: Mapping[str, Any], path: str, rng, catalog) -> None:
     family = REGISTRY[d.family]
     kind = "articulated" if d.objects[i]["asset_id"].startswith("articulated/") else "rigid"
@@ -266,6 +298,10 @@ def _names(d: Draft, catalog) -> dict[str, str]:
 
 def _apply_op(d: Draft, bound: dict[str, int], op: Mapping[str, Any], path: str, rng, catalog) -> None:
     attribute = op["attribute"]
+    if attribute in TASK_ATTRIBUTES:
+        choices = variant_choices(d.family, op)
+        _set_variant(d, choices[int(rng.integers(len(choices)))] if op["op"] == "sample" else choices[0], rng)
+        return
     if attribute in SCENE_ATTRIBUTES:
         if factor_name(d.family, None, attribute) is None:
             raise ProgramError(f"{path}.attribute", f"{attribute!r} is not a factor of {d.family}")

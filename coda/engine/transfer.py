@@ -1,7 +1,8 @@
 """Role binding and transfer of generation programs across families (Appendix A).
 
 `transfer_program` lifts a program to another family: roles renamed by their object requirements
-(``ROLE_REQUIRES``), operations kept when their (role, attribute) is a factor of the new family, held-out
+(``ROLE_REQUIRES``), operations kept when their (role, attribute) is a factor of the new family (a task
+``variant`` operation never is: variants are named per family), held-out
 categories of the new family dropped. `bind_roles` finds up to three valid assignments of scene objects to a
 program's roles; `bound_factors` names the factors a program changes under one of them.
 

@@ -3,8 +3,9 @@
 Each transition holds the observation at the chunk start, the instruction, the chunk's actions padded to
 (h, 7) with a validity mask, the sparse chunk reward (1 for the chunk in which the verifier first holds,
 else 0), the Text2potential shaping term F, the observation at the chunk end, the dataset's next chunk (a
-default candidate for bootstrapping), the number of control steps k, and ``done``: the episode ended at
-the chunk end, by the verifier's success or by the step limit. Rollouts are always judged under their step
+default candidate for bootstrapping), the number of control steps k, ``done``: the episode ended at
+the chunk end, by the verifier's success or by the step limit, and the ``split`` of the environment the
+rollout ran in (novel, targeted, control, replay, ...; `composition` counts the store by it). Rollouts are always judged under their step
 limit, so running out of steps is a failure and ends the episode: no bootstrap past it.
 
 Shaping: F = γ^k Φ(s_{t+k}) − Φ(s_t) (0 without a potential). A failed episode's final state is an
@@ -18,8 +19,9 @@ plus ``replay.json`` (configuration and counters).
 
 Example:
     >>> store = ChunkReplay(capacity=10_000)
-    >>> store.add_record(record, potential=compile_potential(fragment), gamma=0.99)
+    >>> store.add_record(record, potential=compile_potential(fragment), gamma=0.99, split="novel")
     >>> batch = store.sample(64, np.random.default_rng(0))   # dict of arrays, batch["obs"]: (64, 50)
+    >>> store.composition()   # {"chunks": {"novel": 9}, "episodes": {"novel": 1}}
     >>> store.save("runs/replay"); ChunkReplay.load("runs/replay")
 """
 
@@ -50,7 +52,7 @@ NUMERIC_FIELDS = (
     "phi",
     "next_phi",
 )
-TEXT_FIELDS = ("instruction", "family", "scene_hash")
+TEXT_FIELDS = ("instruction", "family", "scene_hash", "split")
 
 
 class ChunkReplay:
@@ -89,9 +91,10 @@ class ChunkReplay:
         return self.size
 
     # ----------------------------------------------------------------------------------------------
-    def add_record(self, record, potential=None, gamma: float = 0.99) -> int:
+    def add_record(self, record, potential=None, gamma: float = 0.99, split: str = "") -> int:
         """Append every chunk of a rollout up to (and including) the verifier's first success; returns the
-        number of transitions added. `potential` (a `coda.learn.text2potential.Potential`) supplies Φ."""
+        number of transitions added. `potential` (a `coda.learn.text2potential.Potential`) supplies Φ;
+        `split` names the kind of environment the rollout ran in (kept per transition)."""
         ends = [*record.chunk_starts, record.steps]
         if record.success_step is not None:  # success is absorbing: drop chunks a record kept after it
             if record.success_step == 0:
@@ -140,7 +143,12 @@ class ChunkReplay:
             }
             self._write(
                 row,
-                {"instruction": record.instruction, "family": record.family, "scene_hash": record.scene_hash},
+                {
+                    "instruction": record.instruction,
+                    "family": record.family,
+                    "scene_hash": record.scene_hash,
+                    "split": split,
+                },
             )
         return n
 
@@ -176,6 +184,16 @@ class ChunkReplay:
             out[key] = [values[i] for i in index]
         return out
 
+    def composition(self) -> dict[str, dict[str, int]]:
+        """What the store holds now, by split: ``chunks`` (transitions) and ``episodes`` (episodes whose last
+        chunk is still held); a split of "" is a transition added without one."""
+        split = np.array(self.text["split"][: self.size], dtype=str)
+        done = self.data["done"][: self.size]
+        return {
+            "chunks": _counts(split),
+            "episodes": _counts(split[done]),
+        }
+
     # ----------------------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> Path:
         """Write ``replay.npz`` (the valid slots, in slot order) and ``replay.json``; returns the directory."""
@@ -209,6 +227,12 @@ class ChunkReplay:
             for key in NUMERIC_FIELDS:
                 store.data[key][:size] = arrays[key]
             for key in TEXT_FIELDS:
-                store.text[key][:size] = [str(s) for s in arrays[key]]
+                if key in arrays:  # a checkpoint written before the field existed keeps it blank
+                    store.text[key][:size] = [str(s) for s in arrays[key]]
         store.size, store.cursor, store.added = size, int(meta["cursor"]), int(meta["added"])
         return store
+
+
+def _counts(values: np.ndarray) -> dict[str, int]:
+    keys, counts = np.unique(values, return_counts=True)
+    return {str(k): int(n) for k, n in zip(keys, counts)}

@@ -240,6 +240,37 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 # -- the SFT experiment ------------------------------------------------------------------------------------
+def evaluate_sft(
+    policy_dir: Path,
+    data_dir: Path,
+    families: tuple[str, ...],
+    eval_id_per_family: int,
+    eval_ood_per_suite: int,
+    executor,
+    max_chunks: int = 12,
+) -> dict[str, Any]:
+    """The SFT metrics' evaluation keys: a saved policy on the data's fixed ID and OOD episodes."""
+    from coda.evaluate import evaluation_items, evaluation_summary
+
+    items = evaluation_items(data_dir, families, eval_id_per_family, eval_ood_per_suite)
+    jobs = [(str(Path(policy_dir).resolve()), s.to_json(), max_chunks) for _, _, s in items]
+    results = executor.map(eval_job, jobs, desc="evaluation")
+    ev = evaluation_summary(items, [bool(r.ok and r.value["success"]) for r in results])
+    return {
+        "id_success": ev["id_by_family"],
+        "ood_success": ev["ood_by_family"],
+        "ood_by_suite": ev["ood_by_family_suite"],
+        "ood_suite_mean": ev["ood_by_suite"],  # each suite over all families
+        "id_mean": ev["id_success"],
+        "ood_mean": ev["ood_success"],
+        "id_se": ev["id_se"],
+        "ood_se": ev["ood_se"],
+        "n_id": ev["n_id"],
+        "n_ood": ev["n_ood"],
+        "eval_outcomes": ev["eval_outcomes"],
+    }
+
+
 def run_sft(
     data_dir: Path,
     out: Path,
@@ -261,7 +292,6 @@ def run_sft(
 ) -> dict:
     """Collect demonstrations, train a policy by SFT, evaluate ID (held-back seed scenes) and OOD (suites)."""
     from coda import data
-    from coda.evaluate import evaluation_items, evaluation_summary
     from coda.learn.policies import make_policy
 
     out = Path(out)
@@ -289,23 +319,11 @@ def run_sft(
     policy_dir = out / "policy"
     policy.save_pretrained(policy_dir)
 
-    items = evaluation_items(data_dir, families, eval_id_per_family, eval_ood_per_suite)
-    jobs = [(str(policy_dir.resolve()), s.to_json(), max_chunks) for _, _, s in items]
-    results = executor.map(eval_job, jobs, desc="evaluation")
-    ev = evaluation_summary(items, [bool(r.ok and r.value["success"]) for r in results])
     metrics = {
         "backbone": backbone,
-        "id_success": ev["id_by_family"],
-        "ood_success": ev["ood_by_family"],
-        "ood_by_suite": ev["ood_by_family_suite"],
-        "ood_suite_mean": ev["ood_by_suite"],  # each suite over all families
-        "id_mean": ev["id_success"],
-        "ood_mean": ev["ood_success"],
-        "id_se": ev["id_se"],
-        "ood_se": ev["ood_se"],
-        "n_id": ev["n_id"],
-        "n_ood": ev["n_ood"],
-        "eval_outcomes": ev["eval_outcomes"],
+        **evaluate_sft(
+            policy_dir, data_dir, families, eval_id_per_family, eval_ood_per_suite, executor, max_chunks
+        ),
         "demos": len(demos),
         "demo_success": round(float(np.mean([d["success"] for d in demos])), 4),
         "train_samples": len(dataset["obs"]),

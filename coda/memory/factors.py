@@ -5,6 +5,11 @@ scale, mass, friction, instance, distractors, instruction, goal_offset, part) of
 scene). Generation programs are written against (role, attribute) pairs, which is what lets a program move
 to another family (Appendix A); diagnoses and scores use the family's factor names.
 
+The task variant is the *task component* of a scene (paper §3.1): a program may set it among the family's
+generator variants (``TASK_ATTRIBUTES``). It is not a diagnosable factor (a diagnosis names a spatial or
+object factor of the failing phase, and the variant is part of the phase's task); a mode's program sets the
+variant its failing scenes had. Variant names are per family, so a transferred program drops it.
+
 This table is part of the program schema (`coda.memory.programs` validates against it), so it lives beside
 the schema; the data engine's phase priors (``PHASE_FACTORS``) build on it.
 """
@@ -13,7 +18,17 @@ from __future__ import annotations
 
 from coda.sim.families import REGISTRY
 
-__all__ = ["ATTRIBUTES", "FACTORS", "PRIMARY_ROLE", "SCENE_ATTRIBUTES", "factor_name", "factor_target"]
+__all__ = [
+    "ATTRIBUTES",
+    "FACTORS",
+    "PRIMARY_ROLE",
+    "SCENE_ATTRIBUTES",
+    "TASK_ATTRIBUTES",
+    "VARIANT",
+    "factor_name",
+    "factor_target",
+    "operation_factor",
+]
 
 ATTRIBUTES = (
     "position",
@@ -26,8 +41,11 @@ ATTRIBUTES = (
     "instruction",
     "goal_offset",
     "part",
+    "variant",
 )
 SCENE_ATTRIBUTES = ("distractors", "instruction")  # attributes of the scene, not of one role
+VARIANT = "variant"
+TASK_ATTRIBUTES = (VARIANT,)  # the task component: one of the family's generator variants
 
 # the role whose object attributes (scale, mass, friction, instance) a family's factors refer to
 PRIMARY_ROLE = {"pick_place": "target", "stack": "top", "push": "target", "drawer": "cabinet"}
@@ -60,3 +78,9 @@ def factor_name(family: str, role: str | None, attribute: str) -> str | None:
 def factor_target(family: str, factor: str) -> tuple[str | None, str]:
     """(role or None, attribute) of a family factor; KeyError for an unknown factor."""
     return FACTORS[family][factor]
+
+
+def operation_factor(family: str, role: str | None, attribute: str) -> str | None:
+    """What an operation on (role, attribute) changes: the family factor, ``"variant"`` for the task
+    component, or None when the family has no such factor."""
+    return VARIANT if attribute in TASK_ATTRIBUTES else factor_name(family, role, attribute)

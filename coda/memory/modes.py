@@ -5,10 +5,12 @@ representative cause (the cause of the mode's first diagnosis) has a sentence-em
 >= ``similarity_threshold`` (0.8) with the diagnosis' cause, else opens a new mode ``family/phase/factor/k``.
 `ModeTable.update_mode` records a measured success rate of a mode's targeted environments and updates two
 exponential moving averages of it, one per measurement: fast (α = 0.5) and slow (α = 0.1).
-``hardness = 1 − fast EMA``; ``learning_progress = |fast EMA − slow EMA|`` (the absolute learning progress
-of teacher-student curriculum learning: large while success is changing, in either direction, decaying to
-0 while it is flat); ``importance`` is learning progress normalised to sum to 1 over the family's validated
-modes (proportionally; uniform while all are 0; 0 for modes that are not validated).
+``hardness = 1 − fast EMA``. ``learning_progress`` is the absolute learning progress of teacher-student
+curriculum learning (large while success is changing, in either direction; 0 while it is flat), measured
+from pooled counts with a noise floor (`learning_progress`): the success of the latest measurements pooled
+until they hold ``LP_MIN_ROLLOUTS`` rollouts against that of the measurements before them, pooled alike; 0
+until both windows hold that many. ``importance`` is learning progress normalised to sum to 1 over the
+family's validated modes (proportionally; uniform while all are 0; 0 for modes that are not validated).
 
 `ModeTable` is the part of `coda.memory.tables.Memory` that keeps the ``modes`` and ``mode_stats`` tables.
 """
@@ -16,7 +18,7 @@ modes (proportionally; uniform while all are 0; 0 for modes that are not validat
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,11 +30,13 @@ __all__ = [
     "FAST_ALPHA",
     "SIMILARITY_THRESHOLD",
     "SLOW_ALPHA",
+    "LP_MIN_ROLLOUTS",
     "SUCCESS_BAND",
     "DifficultyMode",
     "Encoder",
     "ModeTable",
     "in_band",
+    "learning_progress",
     "mode_index",
 ]
 
@@ -40,6 +44,9 @@ FAST_ALPHA = 0.5  # EMA step of the fast success estimate, per measurement
 SLOW_ALPHA = 0.1  # EMA step of the slow success estimate, per measurement
 SIMILARITY_THRESHOLD = 0.8
 SUCCESS_BAND = (0.2, 0.8)
+# noise floor of learning progress: a success rate pooled over fewer rollouts has a standard error of up to
+# 0.5 / sqrt(n) > 0.18, about as large as the progress it would measure
+LP_MIN_ROLLOUTS = 8
 
 Encoder = Callable[[list[str]], Any]  # list of n texts -> (n, d) embeddings (torch tensor or array)
 
@@ -47,6 +54,30 @@ Encoder = Callable[[list[str]], Any]  # list of n texts -> (n, d) embeddings (to
 def in_band(success: float, band: tuple[float, float] = SUCCESS_BAND) -> bool:
     """Whether a success rate lies in the (inclusive) success band: failing often, yet learnable."""
     return band[0] <= success <= band[1]
+
+
+def learning_progress(measurements: Sequence[tuple[float, int]]) -> float:
+    """|recent − earlier| success from pooled counts. `measurements` are (success rate, rollouts), oldest
+    first. The latest ones are pooled until they hold ``LP_MIN_ROLLOUTS`` rollouts (the recent window), the
+    ones before them likewise (the earlier window); 0 while either window holds fewer.
+
+    Example:
+        >>> learning_progress([(0.0, 4), (0.25, 4), (0.5, 4), (0.75, 4)])
+        0.5
+    """
+    rest = list(reversed(measurements))
+    windows = []
+    for _ in range(2):
+        successes = trials = used = 0
+        for rate, n in rest:
+            successes, trials, used = successes + rate * n, trials + n, used + 1
+            if trials >= LP_MIN_ROLLOUTS:
+                break
+        if trials < LP_MIN_ROLLOUTS:
+            return 0.0
+        windows.append(successes / trials)
+        rest = rest[used:]
+    return round(abs(windows[0] - windows[1]), 6)
 
 
 def mode_index(mode_id: str) -> int:
@@ -195,8 +226,9 @@ class ModeTable:
     ) -> DifficultyMode:
         """Fold a measured targeted success rate (over ``n`` episodes) into the mode's statistics.
 
-        Updates the fast and slow EMAs (the first measurement initialises both), hardness, learning
-        progress and the importance of every validated mode of the family, and appends a ``mode_stats`` row.
+        Updates the fast and slow EMAs (the first measurement initialises both) and hardness, appends a
+        ``mode_stats`` row, then updates learning progress (`learning_progress` of the mode's ``mode_stats``
+        rows) and the importance of every validated mode of the family.
         """
         mode = self._mode(mode_id)
         success = coerce("mode_stats", "targeted_success", success)
@@ -209,7 +241,6 @@ class ModeTable:
             success_fast=fast,
             success_slow=slow,
             hardness=1.0 - fast,
-            learning_progress=abs(fast - slow),
             n_updates_seen=mode["n_updates_seen"] + 1,
         )
         self._rows["mode_stats"].append(
@@ -227,6 +258,12 @@ class ModeTable:
                 ),
             )
         )
+        rows = sorted(
+            (r for r in self._rows["mode_stats"] if r["mode_id"] == mode_id),
+            key=lambda r: (r["round"], r["policy_updates"]),
+        )  # oldest first (one measurement per round)
+        history = [(r["targeted_success"], r["n_targeted"]) for r in rows]
+        mode["learning_progress"] = learning_progress(history)
         self._refresh_importance(mode["family"])
         return self.mode(mode_id)
 

@@ -15,7 +15,8 @@ ranges and [dx, dy] shifts; ``yaw``, ``scale``, ``mass``, ``friction`` numbers (
 sample range may be the string ``"generator"`` (the family's whole generator space: domain randomisation);
 ``instance`` is sampled from the family's *training* pool (optionally restricted to ``categories``);
 ``distractors`` is the number of clutter objects (0..3); ``instruction`` a training template id
-(< ``TRAIN_TEMPLATES``). Held-out categories and instruction templates are rejected here; the interpreter
+(< ``TRAIN_TEMPLATES``); ``variant`` (the task component, no role) one of the family's generator variants,
+set or sampled among ``values``. Held-out categories and instruction templates are rejected here; the interpreter
 clamps every result to the family's generator space (`generator_limits`, ``ranges.py``) and the arena.
 
 A *training program* pairs a Text2potential fragment with learning tools (planner demonstrations,
@@ -37,7 +38,14 @@ from typing import Any
 
 from coda.learn.text2potential import validate_fragment
 from coda.memory import libero_programs
-from coda.memory.factors import ATTRIBUTES, FACTORS, SCENE_ATTRIBUTES, factor_name
+from coda.memory.factors import (
+    ATTRIBUTES,
+    FACTORS,
+    SCENE_ATTRIBUTES,
+    TASK_ATTRIBUTES,
+    factor_name,
+    operation_factor,
+)
 from coda.memory.program_fields import (  # noqa: F401  (limits: re-exported API)
     MAX_DEPTH,
     MAX_DOC_CHARS,
@@ -66,6 +74,8 @@ __all__ = [
     "program_id",
     "dsl_spec",
     "generator_limits",
+    "generator_variants",
+    "variant_choices",
 ]
 
 MAX_OPERATIONS = 8
@@ -123,6 +133,7 @@ OP_SHAPES: dict[str, dict[str, dict[str, str]]] = {
         "shift": {"by": "count_shift"},
     },
     "instruction": {"set": {"value": "template"}, "sample": {"values?": "templates"}},
+    "variant": {"set": {"value": "variant"}, "sample": {"values?": "variants"}},
 }
 UNSUPPORTED = {"part": "not supported by the interpreter (the scripted planners only handle the top drawer)"}
 
@@ -170,7 +181,23 @@ def _field(family: str, kind: str, path: str, value: Any) -> Any:
         return sorted({parse_integer(f"{path}[{k}]", v, 0, TRAIN_TEMPLATES - 1) for k, v in enumerate(value)})
     if kind == "categories":
         return _categories(family, path, value)
+    if kind == "variant":
+        return _variant(family, path, value)
+    if kind == "variants":
+        variants = generator_variants(family)
+        if not isinstance(value, list | tuple) or not 1 <= len(value) <= len(variants):
+            raise ProgramError(path, f"expected a list of 1..{len(variants)} variants of {family}")
+        return sorted({_variant(family, f"{path}[{k}]", v) for k, v in enumerate(value)})
     raise AssertionError(kind)
+
+
+def _variant(family: str, path: str, value: Any) -> str:
+    variants = generator_variants(family)
+    if value not in variants:
+        raise ProgramError(
+            path, f"expected a generator variant of {family}, one of {list(variants)}, got {value!r}"
+        )
+    return str(value)
 
 
 def _roles_with(family: str, attribute: str) -> list[str]:
@@ -194,7 +221,10 @@ def _operation(family: str, path: str, op: Any) -> dict[str, Any]:
             f"{path}.op", f"{name!r} does not apply to {attribute!r}; expected one of {list(shapes)}"
         )
     role = parse_string(f"{path}.role", op.get("role"), default="") or None
-    if attribute in SCENE_ATTRIBUTES:
+    if attribute in TASK_ATTRIBUTES:
+        if role is not None:
+            raise ProgramError(f"{path}.role", f"{attribute!r} is the task component: leave role empty")
+    elif attribute in SCENE_ATTRIBUTES:
         if role is not None:
             raise ProgramError(f"{path}.role", f"{attribute!r} is a scene attribute: leave role empty")
         if factor_name(family, None, attribute) is None:
@@ -319,8 +349,10 @@ def validate_generation(doc: Any) -> dict[str, Any]:
             roles[role] = {"requires": _requires(family, f"roles.{role}.requires", requires)}
         elif role in used:
             roles[role] = {"requires": dict(ROLE_REQUIRES[family][role])}
-    changed = [factor_name(family, op["role"], op["attribute"]) for op in operations]
-    perturbs = parse_string("perturbs", doc.get("perturbs")) or changed[0]
+    changed = [operation_factor(family, op["role"], op["attribute"]) for op in operations]
+    # by default the first factor changed, the task variant only when nothing else is
+    default = next((f for f in changed if f not in TASK_ATTRIBUTES), changed[0])
+    perturbs = parse_string("perturbs", doc.get("perturbs")) or default
     if perturbs not in changed:
         raise ProgramError(
             "perturbs", f"{perturbs!r} is not changed by any operation; they change {sorted(set(changed))}"
@@ -392,6 +424,7 @@ def dsl_spec(family: str) -> dict[str, Any]:
         "relations": list(RELATIONS),
         "max_operations": MAX_OPERATIONS,
         "training_templates": list(range(TRAIN_TEMPLATES)),
+        "task": {"variant": {"values": list(generator_variants(family)), "ops": OP_SHAPES["variant"]}},
         "generator_space": {k: v for k, v in REGISTRY[family].space("generator").items() if k != "variants"},
     }
 
@@ -409,3 +442,16 @@ def generator_limits(family: str, scene_role: str | None, attribute: str) -> lis
     if attribute == "goal_offset":
         return [space["goal_dx"], space["goal_dy"]]
     return [space[attribute]]
+
+
+def generator_variants(family: str) -> tuple[str, ...]:
+    """The task variants of the family's generator space (what a ``variant`` operation may produce)."""
+    return tuple(REGISTRY[family].space("generator")["variants"])
+
+
+def variant_choices(family: str, op: Mapping[str, Any]) -> list[str]:
+    """The variants a validated ``variant`` operation can produce: its value, its values, or every
+    generator variant."""
+    if op["op"] == "set":
+        return [op["value"]]
+    return list(op.get("values") or generator_variants(family))

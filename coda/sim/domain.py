@@ -64,6 +64,7 @@ class PyBulletDomain:
     """The PyBullet families of `cfg.data.families` over the data directory's seed scenes and suites."""
 
     replay_capacity = 200_000
+    generator_space = True  # any program applies to any scene: generated scenes are bases, programs regions
 
     def __init__(self, cfg, data_dir: Path, seed: int, executor) -> None:
         from coda import data
@@ -89,6 +90,8 @@ class PyBulletDomain:
 
     # -- environments -----------------------------------------------------------------------------------
     def bases(self, family: str) -> list[str]:
+        """The SFT seed scenes of the family (the first `sft.demos_per_family`); the loop adds the generated
+        scenes the policy has solved (`ModeBook.bases`)."""
         return self._bases[family]
 
     def base_hashes(self, family: str) -> list[str]:
@@ -190,6 +193,12 @@ class PyBulletDomain:
         return self.compiler.compile(
             diagnosis, SceneSpec.from_json(scene), potential_variant=self.c.potential
         )
+
+    def region(self, program: dict[str, Any], scenes: list[str]) -> dict[str, Any]:
+        from coda.engine.compile import region
+        from coda.sim.scene import SceneSpec
+
+        return region(program, [SceneSpec.from_json(s) for s in scenes])
 
     def exhibits(self, program: dict[str, Any], scene: str) -> bool:
         from coda.sim.scene import SceneSpec
