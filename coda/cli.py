@@ -15,6 +15,7 @@ from coda.commands import (
     _record,
     data_ensure,
     data_scenes,
+    ensure_scenes,
     planner_check,
     run_method_command,
     run_regimes_command,
@@ -24,6 +25,20 @@ from coda.commands import (
 from coda.errors import UserError  # still importable from coda.cli, as before
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+
+DESCRIPTION = (
+    "Reproduce CoDA (Co-Evolution of Data Engines and Action Policies) with a simulated Franka Panda in "
+    "PyBullet: build the scenes, train a policy on planner demonstrations, run the co-evolution methods, "
+    "inspect their shared memory and make the paper's tables and figures. `--profile smoke` runs everything "
+    "in minutes; `coda COMMAND --help` describes each command."
+)
+# help texts shared by several commands
+DATA_HELP = (
+    "the built scenes to read (default data/; the pipeline uses scenes/); built here first when missing "
+    "and the profile builds its own scenes (smoke)"
+)
+WORKERS_HELP = "simulator worker processes (default: the profile's sim.workers)"
+JSON_HELP = "print the result as JSON"
 
 
 # -- entry point -------------------------------------------------------------------------------------------
@@ -40,9 +55,14 @@ def _positive_int(text: str) -> int:
 def _parser() -> argparse.ArgumentParser:
     # --params/--profile are accepted before or after the subcommand (`coda sft --profile smoke ...`)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--params", default=argparse.SUPPRESS, help="params file (default: params.yaml)")
-    common.add_argument("--profile", default=argparse.SUPPRESS, help="override base.profile")
-    ap = argparse.ArgumentParser(prog="coda", description=__doc__, parents=[common])
+    common.add_argument("--params", default=argparse.SUPPRESS, help="parameters file (default params.yaml)")
+    common.add_argument(
+        "--profile",
+        default=argparse.SUPPRESS,
+        help="smoke (minutes, builds its own scenes), cpu (the committed results) or paper "
+        "(default: the params file's base.profile)",
+    )
+    ap = argparse.ArgumentParser(prog="coda", description=DESCRIPTION, parents=[common])
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     # every (sub)subcommand takes --params/--profile too: `coda data scenes --profile smoke`
@@ -66,11 +86,11 @@ def _parser() -> argparse.ArgumentParser:
     d = sub.add_parser("data", help="build, check or describe data/")
     dsub = d.add_subparsers(dest="data_cmd", required=True)
     b = dsub.add_parser("build", help="build data/ deterministically")
-    b.add_argument("--out", default="data")
+    b.add_argument("--out", default="data", help="folder to build (default data/; replaced)")
     b.add_argument("--n-seeds", type=int, default=None, help="seed layouts in total (default 500)")
     b.add_argument("--suite-size", type=int, default=None, help="held-out scenes per suite (default 100)")
-    b.add_argument("--families", nargs="+", default=None)
-    b.add_argument("--workers", type=_positive_int, default=None)
+    b.add_argument("--families", nargs="+", default=None, help="task families to build (default: all four)")
+    b.add_argument("--workers", type=_positive_int, default=None, help=WORKERS_HELP)
     b.add_argument(
         "--record",
         metavar="DVC_FILE",
@@ -78,15 +98,19 @@ def _parser() -> argparse.ArgumentParser:
         help="then record the build in DVC_FILE (dvc commit, and the file listing under meta), e.g. data.dvc",
     )
     e = dsub.add_parser("ensure", help="pull or rebuild data/ so that it matches data.dvc")
-    e.add_argument("--out", default="data")
-    e.add_argument("--dvc-file", default="data.dvc")
+    e.add_argument("--out", default="data", help="the data folder (default data/)")
+    e.add_argument("--dvc-file", default="data.dvc", help="the DVC file that records it (default data.dvc)")
     e.add_argument(
         "--accept", action="store_true", help="keep a rebuild that differs from data.dvc and record it there"
     )
     sc_ = dsub.add_parser("scenes", help="the profile's scenes (its data section) from data/ or built")
-    sc_.add_argument("--out", default="scenes")
-    sc_.add_argument("--data", default="data")
-    sc_.add_argument("--dvc-file", default="data.dvc")
+    sc_.add_argument(
+        "--out", default="scenes", help="folder to write the scenes to (default scenes/; replaced)"
+    )
+    sc_.add_argument(
+        "--data", default="data", help="the released data folder to take them from (default data/)"
+    )
+    sc_.add_argument("--dvc-file", default="data.dvc", help="the DVC file that records it (default data.dvc)")
     sc_.add_argument(
         "--regime",
         choices=("a", "b"),
@@ -96,21 +120,21 @@ def _parser() -> argparse.ArgumentParser:
     dsub.add_parser("ranges", help="print the factor ranges of every family (Markdown)")
 
     pc = sub.add_parser("planner-check", help="scripted-planner success on seed scenes")
-    pc.add_argument("--family", default="all")
+    pc.add_argument("--family", default="all", help="a task family or all (default)")
     pc.add_argument("--n", type=int, default=None, help="seed scenes per family (default planner.n_check)")
-    pc.add_argument("--data", default="data")
-    pc.add_argument("--workers", type=_positive_int, default=None)
-    pc.add_argument("--json", action="store_true")
+    pc.add_argument("--data", default="data", help=DATA_HELP)
+    pc.add_argument("--workers", type=_positive_int, default=None, help=WORKERS_HELP)
+    pc.add_argument("--json", action="store_true", help=JSON_HELP)
     pc.add_argument("--out", default=None, help="also write the JSON here")
 
     sc = sub.add_parser("scenes", help="sample scenes and report validity pass/repair/reject counts")
-    sc.add_argument("--family", required=True)
-    sc.add_argument("--n", type=int, default=50)
-    sc.add_argument("--split", default="generator")
+    sc.add_argument("--family", required=True, help="the task family to sample")
+    sc.add_argument("--n", type=int, default=50, help="scenes to sample (default 50)")
+    sc.add_argument("--split", default="generator", help="the sampler's split (default generator)")
     sc.add_argument("--validity", action="store_true", help="run the validity checks (the only mode so far)")
-    sc.add_argument("--data", default="data")
-    sc.add_argument("--workers", type=_positive_int, default=None)
-    sc.add_argument("--json", action="store_true")
+    sc.add_argument("--data", default="data", help=DATA_HELP)
+    sc.add_argument("--workers", type=_positive_int, default=None, help=WORKERS_HELP)
+    sc.add_argument("--json", action="store_true", help=JSON_HELP)
 
     rg = sub.add_parser(
         "regimes", help="each regime's SFT policy on the same certified uniform draws (metrics/regimes.json)"
@@ -127,13 +151,15 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="certified uniform draws per family (data.uniform_draws)",
     )
-    rg.add_argument("--out", default="metrics/regimes.json")
-    rg.add_argument("--workers", type=_positive_int, default=None)
+    rg.add_argument(
+        "--out", default="metrics/regimes.json", help="JSON file to write (default metrics/regimes.json)"
+    )
+    rg.add_argument("--workers", type=_positive_int, default=None, help=WORKERS_HELP)
 
     sft = sub.add_parser("sft", help="SFT on planner demonstrations; writes DIR/policy and DIR/metrics.json")
-    sft.add_argument("--out", required=True)
-    sft.add_argument("--data", default="data")
-    sft.add_argument("--workers", type=_positive_int, default=None)
+    sft.add_argument("--out", required=True, metavar="DIR", help="directory for the policy and its metrics")
+    sft.add_argument("--data", default="data", help=DATA_HELP)
+    sft.add_argument("--workers", type=_positive_int, default=None, help=WORKERS_HELP)
     sft.add_argument(
         "--metrics-out", default=None, help="also write the metrics here (for DVC, tracked by git)"
     )
@@ -156,10 +182,16 @@ def _parser() -> argparse.ArgumentParser:
         "coda, gen_store_only or train_store_only",
     )
     run.add_argument("--seed", type=int, default=None, help="run seed (default base.seed)")
-    run.add_argument("--out", required=True)
-    run.add_argument("--sft", default="runs/sft", help="directory holding the SFT policy (policy/)")
-    run.add_argument("--data", default="data")
-    run.add_argument("--workers", type=_positive_int, default=None)
+    run.add_argument(
+        "--out", required=True, metavar="DIR", help="run directory (checkpoints, memory, metrics; resumed)"
+    )
+    run.add_argument(
+        "--sft",
+        default="runs/sft",
+        help="directory holding the SFT policy (policy/); trained there first when missing",
+    )
+    run.add_argument("--data", default="data", help=DATA_HELP)
+    run.add_argument("--workers", type=_positive_int, default=None, help=WORKERS_HELP)
     run.add_argument("--metrics-out", default=None, help="also write the final metrics here")
     run.add_argument(
         "--memory", default=None, help="memory_reuse: a run directory, snapshot or pulled Hub copy"
@@ -214,9 +246,9 @@ def _parser() -> argparse.ArgumentParser:
         help="what of the numerics pin is in force in a `coda` process (JSON; see coda/numerics.py)",
     )
     bench = sub.add_parser("bench", help="benchmarks (print JSON)")
-    bench.add_argument("what", choices=["sim"])
-    bench.add_argument("--json", action="store_true")
-    bench.add_argument("--data", default="data")
+    bench.add_argument("what", choices=["sim"], help="what to benchmark: sim (simulator throughput)")
+    bench.add_argument("--json", action="store_true", help="print JSON (the only output so far)")
+    bench.add_argument("--data", default="data", help="the built scenes to load (default data/)")
     return ap
 
 
@@ -230,11 +262,23 @@ def _families(arg: str) -> list[str]:
     return [arg]
 
 
-def _need_data(path: Path) -> None:
-    if not (path / "manifest.json").exists():
-        raise UserError(
-            f"{path}: no built data here; run `coda data ensure` (or `coda data build --out {path}`)"
-        )
+def _memory_report_scenes(args: argparse.Namespace) -> None:
+    """`coda memory report` without its scenes: the page goes without scene images (and says so), and a note
+    says how to get them for the run's profile (or --profile). Not built here: the run that made RUN built
+    them (`coda run` does), so they are missing only where --data points elsewhere."""
+    from coda.config import ConfigError, load_params
+
+    data_dir = Path(args.data)
+    if (data_dir / "manifest.json").is_file():
+        return
+    run_json = Path(args.run_dir) / "run.json"
+    profile = args.profile
+    if profile is None and run_json.is_file():
+        profile = json.loads(run_json.read_text()).get("profile")
+    try:
+        ensure_scenes(data_dir, load_params(args.params, profile), build=False)
+    except (UserError, ConfigError) as err:
+        print(f"note: the report shows no scene images: {err}", file=sys.stderr)
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -276,10 +320,9 @@ def run(argv: list[str] | None = None) -> int:
         else:
             print(data_ensure(Path(args.out), Path(args.dvc_file), cfg, accept=args.accept))
     elif args.cmd == "planner-check":
-        _need_data(Path(args.data))
-        rows = planner_check(
-            Path(args.data), _families(args.family), args.n or cfg.planner.n_check, args.workers, cfg
-        )
+        families = _families(args.family)  # a wrong --family is reported before any build
+        ensure_scenes(Path(args.data), cfg, whole=False)
+        rows = planner_check(Path(args.data), families, args.n or cfg.planner.n_check, args.workers, cfg)
         out = rows[0] if len(rows) == 1 else {"families": rows}
         if args.out:  # keyed by family so that `dvc metrics show` can read it
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -294,8 +337,8 @@ def run(argv: list[str] | None = None) -> int:
             )
         )
     elif args.cmd == "scenes":
-        _need_data(Path(args.data))
         (family,) = _families(args.family)
+        ensure_scenes(Path(args.data), cfg, whole=False)
         counts = validity_counts(Path(args.data), family, args.n, args.split, cfg.seed, args.workers, cfg)
         print(json.dumps(counts) if args.json else counts)
     elif args.cmd == "regimes":
@@ -305,7 +348,7 @@ def run(argv: list[str] | None = None) -> int:
                 f"draws; OOD success {value['sft_ood']:.1%} of {value['n_ood']}"
             )
     elif args.cmd == "sft":
-        _need_data(Path(args.data))
+        ensure_scenes(Path(args.data), cfg)
         if args.backbone_b:  # Table 7's second policy backbone, from experiments.backbone_b
             import dataclasses
 
@@ -322,7 +365,7 @@ def run(argv: list[str] | None = None) -> int:
             write_json(Path(args.metrics_out), metrics)
         print(json.dumps(metrics))
     elif args.cmd == "run":
-        _need_data(Path(args.data))
+        ensure_scenes(Path(args.data), cfg)
         metrics = run_method_command(cfg, args)
         if args.metrics_out:
             from coda.learn.train import write_json
@@ -333,6 +376,7 @@ def run(argv: list[str] | None = None) -> int:
         if args.memory_cmd == "report":
             from coda.report.cli import run_memory_report_command
 
+            _memory_report_scenes(args)
             return run_memory_report_command(args)
         from coda.memory.cli import run_memory_command
 
@@ -344,6 +388,7 @@ def run(argv: list[str] | None = None) -> int:
     elif args.cmd == "render":
         from coda.report.cli import run_render_command
 
+        ensure_scenes(Path(args.data), cfg, whole=False)
         return run_render_command(args)
     elif args.cmd == "libero":
         from coda.libero.cli import run_libero_command

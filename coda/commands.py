@@ -409,3 +409,63 @@ def data_scenes(out: Path, data_dir: Path, dvc_file: Path, cfg, regime: str = "a
     return data.build(
         out, seed=cfg.seed, workers=cfg.sim.workers, backend=cfg.sim.backend, source=source, **sizes
     )
+
+
+def ensure_scenes(
+    data_dir: Path,
+    cfg,
+    *,
+    build: bool = True,
+    whole: bool = True,
+    release: Path = Path("data"),
+    dvc_file: Path = Path("data.dvc"),
+) -> None:
+    """Make sure `data_dir` holds built scenes before a command reads them. A profile that builds its own
+    scenes (`data.use_release: false`, smoke) builds them there now, as `coda data scenes --out data_dir`
+    does (the same bytes, taken from `release` when it matches `dvc_file`); without `build`, a `UserError`
+    says how. A profile that runs on the released data (cpu, paper) gets a `UserError` instead: `coda data
+    ensure` pulls or rebuilds that data and checks it against `dvc_file`, which takes minutes and may ask for
+    a decision (`--accept`), so the user runs it. With `whole` (a command that reads the profile's scene
+    sets), such a profile also refuses a data folder with fewer scenes than it reads, e.g. smoke's."""
+    from coda import data
+
+    d, name = cfg.data, cfg.profile
+    manifest = data_dir / "manifest.json"
+    how = (
+        "run `coda data ensure`"
+        if data_dir.resolve() == release.resolve()
+        else f"run `coda --profile {name} data scenes --out {data_dir}` (it runs `coda data ensure` first)"
+    )
+    why = (
+        f"{how}: it pulls the released {release}/ from the DVC remote or rebuilds it deterministically "
+        f"(6.5 MB, a few minutes) and checks it against {dvc_file}, so that results compare with the published "
+        "ones"
+    )
+    if manifest.is_file():
+        if d.use_release and whole:
+            built = json.loads(manifest.read_text())
+            have = (built.get("n_seed_layouts", d.n_seed_layouts), built.get("suite_size", d.suite_size))
+            if have[0] < d.n_seed_layouts or have[1] < d.suite_size:
+                raise UserError(
+                    f"{data_dir}: holds {have[0]} seed layouts and {have[1]} scenes per suite, fewer than the "
+                    f"{name} profile's {d.n_seed_layouts} and {d.suite_size} (built for a smaller profile, "
+                    f"e.g. smoke); {why}"
+                )
+        return
+    if d.use_release:
+        raise UserError(
+            f"{data_dir}: no built data here; the {name} profile runs on the released scenes "
+            f"(data.use_release), so {why}"
+        )
+    n = len(data.scene_jobs(cfg.seed, d.n_seed_layouts, d.suite_size, tuple(d.families)))
+    command = f"coda --profile {name} data scenes --out {data_dir}"
+    if not build:
+        raise UserError(
+            f"{data_dir}: no built scenes here; `{command}` builds the {name} profile's {n} there"
+        )
+    print(
+        f"{data_dir}: no built scenes here; building the {name} profile's {n} scenes there "
+        f"(`{command}`, about a minute on 2 cores)",
+        file=sys.stderr,
+    )
+    data_scenes(data_dir, release, dvc_file, cfg)

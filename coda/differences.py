@@ -2,7 +2,7 @@
 where the first one first differs — the JSON key path, the table, row and column of a memory snapshot's Parquet
 table, the CSV line and column, or the text line — with both values, in a few lines.
 
-Files are equal by `coda.maintenance.same_result` (the rules of `coda compare`: timings and git provenance
+Files are equal by `coda.maintenance.same_result` (the rules of `coda compare --bytes`: timings and git provenance
 aside); the finders below only explain a difference, on the same documents (JSON records without
 `VOLATILE_KEYS`).
 

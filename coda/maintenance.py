@@ -20,12 +20,15 @@ Example:
 
     $ coda prune runs/coda-0 --keep 2 --dry-run --json
 
-`compare_runs` says whether two run directories hold the same results: every file byte for byte, except the
-JSON records (``rounds.json``, ``metrics.json``, ``run.json``, each round's ``state.json``), which are compared
-after dropping what differs between identical runs — wall and CPU seconds and the git provenance. Memory
-snapshots (their manifests hash every file) and checkpoints are compared as bytes.
+`coda compare A B` shows two runs' final metrics side by side, per suite and family, paired over the same
+episodes where it can (`coda.report.compare`). With ``--bytes``, `compare_runs` says whether two run
+directories hold the same results: every file byte for byte, except the JSON records (``rounds.json``,
+``metrics.json``, ``run.json``, each round's ``state.json``), which are compared after dropping what differs
+between identical runs — wall and CPU seconds and the git provenance. Memory snapshots (their manifests hash
+every file) and checkpoints are compared as bytes.
 
-    $ coda compare runs/coda-0 /elsewhere/coda-0     # exit 0 when identical, 1 with the differing files
+    $ coda compare runs/table1/coda-0 runs/table1/uniform-0      # OOD 47.0 vs 47.6, per suite and family
+    $ coda compare --bytes runs/coda-0 /elsewhere/coda-0   # exit 0 when identical, 1 with the differing files
 
 `record` copies what a finished run's results are — its top-level JSON and CSV files (``run.json``,
 ``rounds.json``, ``metrics.json``, ``train_log.csv``) and the complete memory snapshots — without its checkpoints and actor
@@ -254,22 +257,40 @@ def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
 
 
 def add_compare_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """Add ``compare RUN_A RUN_B`` to the ``coda`` subparsers."""
+    """Add ``compare RUN_A RUN_B [--json] [--bytes]`` to the ``coda`` subparsers."""
     p = subparsers.add_parser(
-        "compare", help="whether two run directories hold the same results (timings and git provenance aside)"
+        "compare",
+        help="two runs' final OOD/ID success per suite and family, A − B paired over shared episodes "
+        "(--bytes: whether they hold the same results)",
     )
-    p.add_argument("run_a")
-    p.add_argument("run_b")
+    p.add_argument("run_a", help="a run directory or its record (run.json, rounds.json, metrics.json)")
+    p.add_argument("run_b", help="the run to compare it with")
+    p.add_argument("--json", action="store_true", help="print the comparison as one JSON object")
+    p.add_argument(
+        "--bytes",
+        action="store_true",
+        help="compare every file instead (JSON records without timings and git provenance); exit 1 when any "
+        "differs",
+    )
     return p
 
 
 def run_compare_command(args: argparse.Namespace) -> int:
+    if args.bytes:
+        try:
+            report = compare_runs(args.run_a, args.run_b)
+        except FileNotFoundError as err:
+            raise UserError(str(err)) from None
+        print(json.dumps(report))
+        return 0 if not report["different"] else 1
+    from coda.report.compare import compare_metrics, metrics_lines
+
     try:
-        report = compare_runs(args.run_a, args.run_b)
+        report = compare_metrics(args.run_a, args.run_b)
     except FileNotFoundError as err:
         raise UserError(str(err)) from None
-    print(json.dumps(report))
-    return 0 if not report["different"] else 1
+    print(json.dumps(report) if args.json else "\n".join(metrics_lines(report)))
+    return 0
 
 
 def add_prune_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -280,7 +301,7 @@ def add_prune_command(subparsers: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument("run_dir", help="a run directory written by `coda run`")
     p.add_argument("--keep", type=int, default=1, help="complete rounds to keep (default 1: the latest)")
     p.add_argument("--dry-run", action="store_true", help="only report what would be removed")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
 

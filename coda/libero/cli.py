@@ -16,12 +16,16 @@ def add_libero_commands(sub) -> None:
     sft = lsub.add_parser(
         "sft", help="planner demonstrations, SFT and evaluation; writes DIR/policy, DIR/metrics.json"
     )
-    sft.add_argument("--out", required=True)
+    sft.add_argument("--out", required=True, metavar="DIR", help="directory for the policy and its metrics")
     run = lsub.add_parser(
         "run", help="CoDA rounds from an SFT directory, then the final evaluation (resumes in DIR)"
     )
-    run.add_argument("--sft", required=True)
-    run.add_argument("--out", required=True)
+    run.add_argument(
+        "--sft", required=True, metavar="DIR", help="the `coda libero sft` directory to start from"
+    )
+    run.add_argument(
+        "--out", required=True, metavar="DIR", help="run directory (checkpoints, metrics; resumed)"
+    )
     for p in (sft, run):  # --params/--profile come from coda's parser (accepted after any subcommand)
         p.add_argument("--seed", type=int, default=None, help="run seed (default base.seed)")
         p.add_argument(

@@ -26,7 +26,7 @@ def add_memory_commands(subparsers: argparse._SubParsersAction) -> argparse._Sub
     msub = mem.add_subparsers(dest="memory_cmd", required=True)
     ins = msub.add_parser("inspect", help="verify a snapshot and summarise it")
     ins.add_argument("path", help="a snapshot, a run directory (latest round) or a pulled Hub copy")
-    ins.add_argument("--json", action="store_true")
+    ins.add_argument("--json", action="store_true", help="print the summary as JSON")
     push = msub.add_parser("push", help="release a snapshot as a Hugging Face Hub dataset repo")
     push.add_argument("path", help="a snapshot or a run directory (latest round)")
     push.add_argument("repo_id", help="namespace/name of the dataset repo (created if missing)")
@@ -38,7 +38,7 @@ def add_memory_commands(subparsers: argparse._SubParsersAction) -> argparse._Sub
     pull.add_argument(
         "--out", default=None, help="download into this folder (default: the Hugging Face cache)"
     )
-    pull.add_argument("--json", action="store_true")
+    pull.add_argument("--json", action="store_true", help="print the summary as JSON")
     return msub
 
 

@@ -25,8 +25,8 @@ def add_report_commands(sub) -> None:
         "(default runs/ for agreement)",
     )
     rep.add_argument("--out", default=None, help="agreement: the JSON file to write")
-    rep.add_argument("--figures", default="figures")
-    rep.add_argument("--data", default="data")
+    rep.add_argument("--figures", default="figures", help="folder to write the tables and figures to")
+    rep.add_argument("--data", default="data", help="the built scenes that figures with scene images render")
 
 
 def add_render_command(sub) -> None:
@@ -35,7 +35,12 @@ def add_render_command(sub) -> None:
     )
     ren.add_argument("scene", help="scene spec JSON file, FAMILY/N (seed scene N of data/) or a scene hash")
     ren.add_argument("--out", required=True, help="PNG file to write")
-    ren.add_argument("--data", default="data")
+    ren.add_argument(
+        "--data",
+        default="data",
+        help="the built scenes (default data/; built there first when missing and the profile builds "
+        "its own scenes, smoke)",
+    )
     ren.add_argument("--size", type=int, default=320, help="pixels per view (square)")
 
 
@@ -48,7 +53,10 @@ def add_memory_report_command(msub: argparse._SubParsersAction) -> None:
     rep.add_argument("run_dir", metavar="RUN", help="a run directory (run.json, memory/round-NNNN/, ...)")
     rep.add_argument("--out", required=True, help="HTML file to write")
     rep.add_argument(
-        "--data", default="data", help="data folder to render scenes with (the pipeline: scenes)"
+        "--data",
+        default="data",
+        help="the built scenes to render with (default data/, which `coda run` builds for smoke; the "
+        "pipeline: scenes); without them the page has no scene images",
     )
     rep.add_argument("--image-size", type=int, default=128, help="pixels per camera view (square)")
     rep.add_argument(

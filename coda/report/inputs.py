@@ -49,6 +49,7 @@ def _variants(root: Path, ex, *tables: str) -> list[Path]:
 RUN_INPUTS: dict[str, Callable[[Path, object], list[Path]]] = {
     "figure6_gallery": lambda r, ex: _seed0(r, "coda"),
     "table1_main": _table1,
+    "table1_regimes": _table1,  # regime A's; regime B's rows say "not run" until its records are there
     "figure3_rounds": lambda r, ex: [*_runs(r, *(f"long/{m}" for m in ex.long)), *_runs(r, "table1/sft-0")],
     "budget_curve": lambda r, ex: [
         *_runs(r, *(f"budget/{m}-{n}" for m in ex.budget["methods"] for n in ex.budget["envs"])),
@@ -81,6 +82,7 @@ RUN_INPUTS: dict[str, Callable[[Path, object], list[Path]]] = {
 }
 FILE_INPUTS = {  # artifact -> files beside runs/ it reads (relative to the project root)
     "sft_baseline": ("metrics/sft.json",),
+    "table1_regimes": ("metrics/regimes.json",),
     "table7_backbone_transfer": ("metrics/sft_b.json",),
 }
 DATA_INPUTS = {"figure6_gallery", "table8_generation_quality", "learning_speed"}

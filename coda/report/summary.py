@@ -17,6 +17,7 @@ from coda.report.common import ablation_round
 from coda.report.main_results import table1_numbers
 from coda.report.regimes import regime_results
 from coda.report.runs import Runs, paired_episodes, rounded, rows_at, stat
+from coda.report.tidy import write_tidy
 
 
 def summary(runs: Runs, out: Path) -> dict[str, Any]:
@@ -33,7 +34,9 @@ def summary(runs: Runs, out: Path) -> dict[str, Any]:
       policy, same runs and rounds) and ``claims_regimes``, each ``{"a": ..., "b": ...}``;
     * ``curves.csv`` (round, method, ood: every evaluated round of the seed-0 and extended runs) and
       ``training.csv`` (method, kind, step, loss: the per-update losses of the seed-0 runs, every 5th row), in
-      long format with no blanks, for the ``by_method`` plot template (.dvc/plots).
+      long format with no blanks, for the ``by_method`` plot template (.dvc/plots);
+    * ``tidy.csv``: every record's final and per-round metrics of both regimes, one value per row
+      (`coda.report.tidy`), for pandas.
     """
     out.mkdir(parents=True, exist_ok=True)
     res: dict[str, Any] = {
@@ -105,6 +108,7 @@ def summary(runs: Runs, out: Path) -> dict[str, Any]:
                 rows = list(csv.DictReader(fh))
             training += [(m, x["kind"], x["step"], x["loss"]) for x in rows[::5] if x["loss"]]
     _write_csv(out / "training.csv", training)
+    write_tidy(runs, out / "tidy.csv")
     return res
 
 
@@ -116,6 +120,11 @@ def _write_csv(path: Path, rows: list[tuple]) -> None:
 
 
 INDEX = [  # (file stem, what it is, paper section / notebook)
+    (
+        "table1_regimes",
+        "Table 1 in both benchmark regimes (A: narrow SFT data; B: the paper's regime)",
+        "§4 · 04",
+    ),
     ("table1_main", "Table 1: main OOD success, all methods", "§4 · 04"),
     ("figure3_rounds", "Figure 3: OOD success over rounds, with and without memory", "§4 · 04"),
     ("budget_curve", "Budget curve: OOD success against accepted environments (not in the paper)", "04"),

@@ -90,9 +90,8 @@ def test_bad_params_exit_2_with_one_line_naming_the_key(name, coda_cli, tmp_path
 def test_bad_command_line_values_are_one_line_errors(coda_cli, tmp_path):
     r = coda_cli("run", "--method", "coda", "--out", tmp_path / "o", "--data", tmp_path / "none", check=False)
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().splitlines() == [
-        f"error: {tmp_path / 'none'}: no built data here; run `coda data ensure` "
-        f"(or `coda data build --out {tmp_path / 'none'}`)"
-    ]
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith(f"error: {tmp_path / 'none'}: no built data here; the cpu profile runs on the ")
+    assert "coda data ensure" in line
     r = coda_cli("prune", tmp_path / "missing", check=False)
     assert r.returncode == 2 and r.stderr.strip() == f"error: {tmp_path / 'missing'}: not a directory"

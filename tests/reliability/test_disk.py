@@ -127,7 +127,10 @@ def test_compare_runs_ignores_timings_only(tmp_path):
     (b / "metrics.json").write_text("{}")
     assert compare_runs(a, b)["different"] == ["metrics.json", "rounds.json", "rounds/round-0001/replay.npz"]
     out = subprocess.run(
-        [sys.executable, "-m", "coda", "compare", str(a), str(b)], capture_output=True, text=True, cwd=ROOT
+        [sys.executable, "-m", "coda", "compare", "--bytes", str(a), str(b)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert out.returncode == 1 and json.loads(out.stdout)["identical"] == 1  # run.json
 
