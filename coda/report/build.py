@@ -29,7 +29,7 @@ from coda.report.memory_design import (
     table7_backbone_transfer,
 )
 from coda.report.regimes import table1_regimes
-from coda.report.runs import Runs, regime_dirs
+from coda.report.runs import Runs, records_of
 from coda.report.summary import index, summary
 
 # ---------------------------------------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def build(
     """Build one artifact (a table returns its `Table`, a figure its paths)."""
     if name not in BUILDERS:
         raise KeyError(f"unknown artifact {name!r}; known: {', '.join(BUILDERS)}")
-    runs_dir = regime_dirs(runs_dir)["a"]  # the records root (records/) reads as regime A's records
+    runs_dir = records_of(runs_dir)  # records/ reads as regime A's records; records/regime_b as B's
     inputs.check(
         name, runs_dir, figures_dir, data_dir
     )  # never overwrites a committed result with placeholders

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from coda.errors import UserError
-from coda.report.runs import regime_dirs
+from coda.report.runs import records_of
 
 PROTECTED = ("figures", "metrics")  # the committed result folders of the project root
 
@@ -91,7 +91,7 @@ DATA_INPUTS = {"figure6_gallery", "table8_generation_quality", "learning_speed"}
 def missing(name: str, runs_dir: str | Path, data_dir: str | Path) -> list[str]:
     """The inputs of artifact `name` that are not there (empty when it can be built in full)."""
     ex = _experiments()
-    root = regime_dirs(runs_dir)["a"]  # the records root (records/) reads as regime A's records
+    root = records_of(runs_dir)  # records/ reads as regime A's records; records/regime_b as B's
     out: list[str] = []
     if name in RUN_INPUTS and ex is not None:
         out += [str(p) for p in RUN_INPUTS[name](root, ex) if not (p / "metrics.json").is_file()]

@@ -45,6 +45,15 @@ def regime_dirs(root: str | Path) -> dict[str, Path]:
     return {k: base / v for k, v in REGIMES.items()}
 
 
+def records_of(root: str | Path) -> Path:
+    """The folder of runs a report reads: the records root (``records/``) stands for regime A's records; a
+    regime's folder (``records/regime_b``) or a folder of run directories (``runs/``) is read as it is."""
+    root = Path(root)
+    return (
+        root / REGIMES["a"] if root.name not in REGIMES.values() and (root / REGIMES["a"]).is_dir() else root
+    )
+
+
 def project_dir(root: str | Path) -> Path:
     """The project folder above a records root: ``records/regime_a`` -> ``.``; ``records`` or ``runs`` -> ``.``."""
     root = Path(root)
