@@ -267,10 +267,13 @@ def _memory_report_scenes(args: argparse.Namespace) -> None:
     says how to get them for the run's profile (or --profile). Not built here: the run that made RUN built
     them (`coda run` does), so they are missing only where --data points elsewhere."""
     from coda.config import ConfigError, load_params
+    from coda.memory.snapshots import latest_snapshot
 
     data_dir = Path(args.data)
-    if (data_dir / "manifest.json").is_file():
+    if (data_dir / "manifest.json").is_file() or not Path(args.run_dir).is_dir():
         return
+    if latest_snapshot(args.run_dir) is None:
+        return  # the report refuses the run in one line; a note about images would only come before it
     run_json = Path(args.run_dir) / "run.json"
     profile = args.profile
     if profile is None and run_json.is_file():

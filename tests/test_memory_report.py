@@ -120,6 +120,9 @@ def test_the_keyframes_are_saved_beside_the_page(report_path, report, coda_run):
         d = diagnoses[row["diagnosis_id"]]
         assert (row["mode_id"], row["rollout_id"]) == (d["mode_id"], d["rollout_id"])
         assert row["matches"] == (not row["differences"])
+        assert row["matches"], row[
+            "differences"
+        ]  # `coda memory report` runs under the pin: every bit reproduces
         png = Image.open(folder / row["png"])
         assert png.size == (48 * 2 * len(row["frames"]), 48)  # frames left to right, each front | side
         gif = Image.open(folder / row["gif"])
@@ -171,37 +174,68 @@ def test_a_missing_or_invalid_run_is_one_line(make, coda_cli, tmp_path):
     assert not (tmp_path / "r.html").exists()
 
 
+# Re-simulation reproduces bits only in a process that started under the numerics pin (glibc's libm and
+# NumPy read it at start), as `coda` processes do; the test process did not, so the renderer runs in one.
+_RESIMULATE = """
+import json, sys
+from coda.memory.store import latest_snapshot, load_snapshot
+from coda.report.keyframes import KeyframeRenderer
+run, data, params, sft = sys.argv[1:5]
+mem = load_snapshot(latest_snapshot(run))
+specs = {s["scene_hash"]: s["spec_json"] for s in mem.rows("scenes")}
+rollouts = {r["rollout_id"]: r for r in mem.rows("rollouts")}
+out = {1: [], 2: []}
+renderer = KeyframeRenderer(run, data, params=params, sft_dir=sft, image_size=32)
+try:
+    for d in mem.rows("diagnoses"):
+        r = int(d["round"])
+        if r in out and len(out[r]) < 2 and d["scene_hash"] in specs:
+            kf = renderer(d, rollouts.get(d["rollout_id"]), specs[d["scene_hash"]])
+            out[r].append(None if kf is None else {
+                "label": kf.label, "resimulated": kf.resimulated, "differences": kf.differences,
+                "frames": [[list(f.shape), str(f.dtype), float(f.std())] for _, f in kf.frames],
+            })
+finally:
+    renderer.close()
+print(json.dumps(out))
+"""
+
+
 def test_failing_rollouts_are_resimulated_from_the_checkpoints(coda_setup, small_data, capsys):
     """Round 2's rollouts (round 1's checkpoint) and round 1's (the SFT policy, an untrained critic),
-    re-simulated: the outcome equals the recorded one, and the frames are non-blank camera views."""
-    from coda.report.keyframes import MAX_FRAMES, KeyframeRenderer
+    re-simulated in a process under the numerics pin: the outcome equals the recorded one, and the frames
+    are non-blank camera views."""
+    import os
+    import sys
+
+    from coda import numerics
+    from coda.report.keyframes import MAX_FRAMES
 
     run, params, sft = coda_setup
-    mem = load_snapshot(latest_snapshot(run))
-    specs = {s["scene_hash"]: s["spec_json"] for s in mem.rows("scenes")}
-    rollouts = {r["rollout_id"]: r for r in mem.rows("rollouts")}
-    results: dict[int, list] = {1: [], 2: []}
-    renderer = KeyframeRenderer(run, small_data, params=params, sft_dir=sft, image_size=32)
-    try:
-        for d in mem.rows("diagnoses"):
-            r = int(d["round"])
-            if r in results and len(results[r]) < 2 and d["scene_hash"] in specs:
-                kf = renderer(d, rollouts.get(d["rollout_id"]), specs[d["scene_hash"]])
-                assert kf is not None, "the checkpoint is in the run directory"
-                results[r].append(kf)
-    finally:
-        renderer.close()
+    env = {**os.environ, **numerics.pinned_env()}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RESIMULATE, str(run), str(small_data), str(params), str(sft)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    results = {int(r): kfs for r, kfs in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
+    assert all(kf is not None for kfs in results.values() for kf in kfs), (
+        "the checkpoint is in the run directory"
+    )
     with capsys.disabled():
         for r, kfs in results.items():
-            print(f"\nround {r}: " + "; ".join(f"{k.label} {k.resimulated}" for k in kfs))
+            print(f"\nround {r}: " + "; ".join(f"{k['label']} {k['resimulated']}" for k in kfs))
     assert results[2], "no diagnosed failure in round 2 of the tiny run"
-    assert any(k.matches for k in results[2]), [k.differences for k in results[2]]
     for kf in results[1] + results[2]:
-        assert 2 <= len(kf.frames) <= MAX_FRAMES
-        for _, frame in kf.frames:
-            assert frame.shape == (32, 64, 3) and frame.dtype == np.uint8
-            assert frame.std() > 1.0  # not blank
-    assert "re-simulated (matches the recorded rollout)" in [k.label for k in results[2]]
+        assert not kf["differences"], kf["differences"]
+        assert 2 <= len(kf["frames"]) <= MAX_FRAMES
+        for shape, dtype, std in kf["frames"]:
+            assert shape == [32, 64, 3] and dtype == "uint8"
+            assert std > 1.0  # not blank
+    assert "re-simulated (matches the recorded rollout)" in [k["label"] for k in results[2]]
 
 
 def _memory_with(cause: str) -> Memory:

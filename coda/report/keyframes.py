@@ -117,6 +117,9 @@ def round_actor(run_dir: Path, r: int, sft_dir: Path | None, run: dict[str, Any]
     from coda.learn.critic import ChunkCritic, CriticConfig
     from coda.learn.policies import ChunkPolicy
     from coda.learn.policies.lora import load_adapter, merged_copy
+    from coda.numerics import pin_torch
+
+    pin_torch(1)  # as the rollout worker does (`coda.learn.awr.cached_actor`): one thread, the pinned kernels
 
     if r < 1:
         raise CheckpointMissing(f"round {r}: no rollouts before round 1")
