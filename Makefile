@@ -24,6 +24,7 @@ $(BIN)/python:
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install $(TORCH)
 	$(BIN)/python -m pip install -e '.[dev,libero]'
+	$(BIN)/coda report plots-template  # .dvc/config's plots.html_template: `dvc plots show` with no network
 	touch $@
 
 test: venv

@@ -6,7 +6,8 @@ import os
 import sys
 from collections.abc import Iterable
 
-from tqdm.auto import tqdm
+# not tqdm.auto: bars show on a terminal only, and tqdm.auto warns in a Jupyter kernel without ipywidgets
+from tqdm import tqdm
 
 
 def enabled() -> bool:

@@ -1,7 +1,6 @@
 """`coda memory report RUN --out report.html`: a self-contained HTML page about a run's memory."""
 
 import json
-import shutil
 import subprocess
 from html.parser import HTMLParser
 
@@ -11,6 +10,7 @@ import pytest
 from coda.memory.store import latest_snapshot, load_snapshot
 from coda.memory.tables import Memory
 from coda.report.memory_report import esc, failures_section, modes_section, program_details
+from tests._browser import console, headless, needs_browser
 
 VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
@@ -292,13 +292,7 @@ def test_validated_modes_come_first_and_are_charted_per_round():
     assert "no validated modes" in trends_section({1: round1}, _memory_with("x"))
 
 
-def _browser() -> str | None:
-    return next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
-
-
-@pytest.mark.skipif(
-    _browser() is None, reason="no Chromium: `apt-get install chromium` (.ci/run installs it)"
-)
+@needs_browser
 def test_a_headless_browser_renders_the_report_without_console_errors(
     coda_run, small_data, coda_cli, tmp_path
 ):
@@ -307,27 +301,9 @@ def test_a_headless_browser_renders_the_report_without_console_errors(
     out = tmp_path / "report.html"
     coda_cli("memory", "report", coda_run, "--out", out, "--data", small_data, check=True)
     shot = tmp_path / "shot.png"
-    res = subprocess.run(
-        [
-            _browser(),
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-dev-shm-usage",
-            "--enable-logging=stderr",
-            "--v=0",
-            "--hide-scrollbars",
-            "--window-size=1200,1600",
-            f"--screenshot={shot}",
-            out.resolve().as_uri(),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert res.returncode == 0 and shot.is_file(), res.stderr[-2000:]
-    console = [line for line in res.stderr.splitlines() if "CONSOLE" in line]
-    assert not console, console
+    res = headless(out, "--window-size=1200,1600", f"--screenshot={shot}")
+    assert shot.is_file(), res.stderr[-2000:]
+    assert not console(res), console(res)
     from matplotlib import image
 
     pixels = image.imread(shot)

@@ -15,8 +15,9 @@ def add_report_commands(sub) -> None:
         "what",
         nargs="?",
         default="all",
-        help="a table/figure name, a notebook section, all, available (those whose inputs are all there); or "
-        "agreement (the critics' agreement, from runs/)",
+        help="a table/figure name, a notebook section, all, available (those whose inputs are all there); "
+        "agreement (the critics' agreement, from runs/); or plots-template (the page `dvc plots show` writes, "
+        "with its chart libraries inlined: it opens with no network; default --out .dvc/plots/offline.html)",
     )
     rep.add_argument(
         "--runs",
@@ -24,7 +25,11 @@ def add_report_commands(sub) -> None:
         help="the runs' records (default records/: `coda record` copies, in git) or run directories "
         "(default runs/ for agreement)",
     )
-    rep.add_argument("--out", default=None, help="agreement: the JSON file to write")
+    rep.add_argument(
+        "--out",
+        default=None,
+        help="agreement: the JSON file to write; plots-template: the HTML file to write",
+    )
     rep.add_argument("--figures", default="figures", help="folder to write the tables and figures to")
     rep.add_argument("--data", default="data", help="the built scenes that figures with scene images render")
 
@@ -103,6 +108,11 @@ def run_render_command(args: argparse.Namespace) -> int:
 def run_report_command(args: argparse.Namespace) -> int:
     from coda.report import build
 
+    if args.what == "plots-template":
+        from coda.report.plots_page import DEFAULT, write_template
+
+        print(f"wrote {write_template(args.out or DEFAULT)}")
+        return 0
     if args.what == "agreement":
         from coda.report.ablations import AGREEMENT_FILE, write_agreement
         from coda.report.runs import Runs
