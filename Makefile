@@ -30,7 +30,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 test: venv
 	DVC_NO_ANALYTICS=1 $(BIN)/python -m pytest
 
+# First says which stages `dvc repro` will re-run and why (grouped `dvc status`: docs/FRESH_CLONE.md; not fatal)
 reproduce: venv
+	-coda status
 	coda data ensure && dvc repro
 
 # Re-make the reference record (smoke profile, ~2 minutes) that `coda verify records/reference/smoke-coda-0`

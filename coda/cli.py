@@ -236,6 +236,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_verify_command(sub)
 
+    from coda.pipeline_status import add_status_command
+
+    add_status_command(sub)
+
     from coda.report.cli import add_render_command, add_report_commands
 
     add_report_commands(sub)
@@ -413,6 +417,10 @@ def run(argv: list[str] | None = None) -> int:
         from coda.verify import run_verify_command
 
         return run_verify_command(args)
+    elif args.cmd == "status":
+        from coda.pipeline_status import run_status_command
+
+        return run_status_command(args)
     elif args.cmd == "numerics":
         from coda import numerics
         from coda.learn.train import TRAIN_THREADS

@@ -4,7 +4,7 @@ table, the CSV line and column, or the text line — with both values, in a few 
 
 Files are equal by `coda.maintenance.same_result` (the rules of `coda compare --bytes`: timings and git provenance
 aside); the finders below only explain a difference, on the same documents (JSON records without
-`VOLATILE_KEYS`).
+`VOLATILE_KEYS`, snapshot manifests and cards without the provenance they record: `comparable_json`).
 
     >>> next(json_differences({"id_success": 0.52, "n": 4}, {"id_success": 0.5, "n": 4}))
     ('id_success', 0.52, 0.5)
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from coda.maintenance import same_result, volatile_json, without_volatile
+from coda.maintenance import card_without_provenance, comparable_json, same_result, snapshot_file
 
 ABSENT = type("Absent", (), {"__repr__": lambda self: "(absent)"})()
 RANK = {"metrics.json": 0, "rounds.json": 1, "train_log.csv": 2, "run.json": 3}  # the numbers first
@@ -86,9 +86,7 @@ def differences(name: str, a: bytes, b: bytes) -> Iterator[Difference]:
     when it cannot be read as such (then only its bytes differ)."""
     try:
         if name.endswith((".json", ".ipynb")):
-            ja, jb = json.loads(a), json.loads(b)
-            if volatile_json(name):
-                ja, jb = without_volatile(ja), without_volatile(jb)
+            ja, jb = (comparable_json(name, json.loads(x)) for x in (a, b))
             yield from json_differences(ja, jb)
         elif name.endswith(".parquet"):
             import pyarrow as pa
@@ -99,7 +97,10 @@ def differences(name: str, a: bytes, b: bytes) -> Iterator[Difference]:
         elif name.endswith(".csv"):
             yield from csv_differences(a.decode(), b.decode())
         else:
-            la, lb = a.decode().splitlines(), b.decode().splitlines()
+            ta, tb = a.decode(), b.decode()
+            if snapshot_file(name) == "README.md":
+                ta, tb = card_without_provenance(ta), card_without_provenance(tb)
+            la, lb = ta.splitlines(), tb.splitlines()
             yield from ((f"line {i + 1}", x, y) for i, (x, y) in enumerate(zip(la, lb)) if x != y)
             if len(la) != len(lb):
                 yield "number of lines", len(la), len(lb)

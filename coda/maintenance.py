@@ -25,7 +25,10 @@ episodes where it can (`coda.report.compare`). With ``--bytes``, `compare_runs` 
 directories hold the same results: every file byte for byte, except the JSON records (``rounds.json``,
 ``metrics.json``, ``run.json``, each round's ``state.json``), which are compared after dropping what differs
 between identical runs — wall and CPU seconds and the git provenance. Memory snapshots (their manifests hash
-every file) and checkpoints are compared as bytes.
+every file) and checkpoints are compared as bytes, except what a snapshot records of the code that wrote it:
+its manifest's ``extra.provenance`` (git SHA, dirty flag, parameters: `SNAPSHOT_PROVENANCE`) and the
+sections of its card (``README.md``) that render that provenance and the loading example
+(`CARD_VOLATILE_SECTIONS`). So a re-run on another commit or clone compares equal when its results are.
 
     $ coda compare runs/table1/coda-0 runs/table1/uniform-0      # OOD 47.0 vs 47.6, per suite and family
     $ coda compare --bytes runs/coda-0 /elsewhere/coda-0   # exit 0 when identical, 1 with the differing files
@@ -63,6 +66,13 @@ VOLATILE_KEYS = frozenset(
     # and the SFT's and the planner check's timings
     | {"collect_s", "train_s", "median_s", "median_episode_s", "median_load_s"}
 )
+
+# a memory snapshot's manifest keeps what wrote it in extra["provenance"] (coda.memory.card.PROVENANCE_KEY:
+# git SHA, dirty flag, profile and parameters, taken at write time); results compare without it
+SNAPSHOT_PROVENANCE = "provenance"
+# the sections of a snapshot's card that render that provenance and the loading example (coda.memory.card)
+CARD_VOLATILE_SECTIONS = ("## How it was produced", "## How to load it")
+_SNAPSHOT_FILE = re.compile(r"(?:.*/)?memory/round-\d+/(manifest\.json|README\.md)")
 
 
 def _size(path: Path) -> int:
@@ -228,14 +238,58 @@ def volatile_json(name: str) -> bool:
     return name.endswith(".json") and "memory" not in name.split("/")[:-1]
 
 
+def snapshot_file(name: str) -> str | None:
+    """``manifest.json`` or ``README.md`` when `name` is that file of a memory snapshot
+    (``.../memory/round-0003/manifest.json``), else None."""
+    m = _SNAPSHOT_FILE.fullmatch(name)
+    return m.group(1) if m else None
+
+
+def without_snapshot_provenance(manifest: Any) -> Any:
+    """A snapshot manifest without ``extra.provenance`` (`SNAPSHOT_PROVENANCE`); anything else as it is."""
+    if isinstance(manifest, dict) and isinstance(manifest.get("extra"), dict):
+        extra = {k: v for k, v in manifest["extra"].items() if k != SNAPSHOT_PROVENANCE}
+        return {**manifest, "extra": extra}
+    return manifest
+
+
+def card_without_provenance(text: str) -> str:
+    """A snapshot card without its `CARD_VOLATILE_SECTIONS` (each up to the next ``## `` heading)."""
+    out, skip = [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## "):
+            skip = line.rstrip("\r\n") in CARD_VOLATILE_SECTIONS
+        if not skip:
+            out.append(line)
+    return "".join(out)
+
+
+def comparable_json(name: str, document: Any) -> Any:
+    """JSON document `document` of file `name` as results compare it: a JSON record (`volatile_json`) without
+    `VOLATILE_KEYS`, a snapshot manifest without its write-time provenance, anything else as it is."""
+    if volatile_json(name):
+        return without_volatile(document)
+    if snapshot_file(name) == "manifest.json":
+        return without_snapshot_provenance(document)
+    return document
+
+
 def same_result(name: str, x: bytes, y: bytes) -> bool:
     """Whether two versions of file `name` hold the same result: the same bytes or, for a JSON record
-    (`volatile_json`), the same document once timings and git provenance are dropped."""
+    (`volatile_json`), the same document once timings and git provenance are dropped; for a memory snapshot's
+    manifest, the same document without ``extra.provenance``, and for its card the same text without the
+    sections that render that provenance and the loading example (`card_without_provenance`)."""
     if x == y:
         return True
-    if volatile_json(name):
+    kind = snapshot_file(name)
+    if kind == "README.md":
         try:
-            return without_volatile(json.loads(x)) == without_volatile(json.loads(y))
+            return card_without_provenance(x.decode()) == card_without_provenance(y.decode())
+        except UnicodeDecodeError:
+            return False
+    if volatile_json(name) or kind == "manifest.json":
+        try:
+            return comparable_json(name, json.loads(x)) == comparable_json(name, json.loads(y))
         except ValueError:
             return False
     return False
@@ -269,8 +323,8 @@ def add_compare_command(subparsers: argparse._SubParsersAction) -> argparse.Argu
     p.add_argument(
         "--bytes",
         action="store_true",
-        help="compare every file instead (JSON records without timings and git provenance); exit 1 when any "
-        "differs",
+        help="compare every file instead (JSON records without timings and git provenance, memory snapshots "
+        "without the provenance they record); exit 1 when any differs",
     )
     return p
 

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -47,10 +48,15 @@ def run_method(coda):
 
 
 @pytest.fixture(scope="module")
-def coda_run(run_method, tmp_path_factory):
+def coda_run_process(run_method, tmp_path_factory):
+    """The run directory of a `coda run` of coda, and its finished process (stdout and stderr)."""
     out = tmp_path_factory.mktemp("coda") / "run"
-    run_method(out)
-    return out
+    return out, run_method(out)
+
+
+@pytest.fixture(scope="module")
+def coda_run(coda_run_process):
+    return coda_run_process[0]
 
 
 def test_coda_run_writes_rounds_snapshots_and_lineage(coda_run):
@@ -86,6 +92,43 @@ def test_coda_run_writes_rounds_snapshots_and_lineage(coda_run):
         assert (s["program_id"], s["base_hash"]) in controls
     run = json.loads((coda_run / "run.json").read_text())
     assert run["method"] == "coda" and "git_sha" in run
+
+
+def test_a_run_prints_one_readable_line_per_round_and_keeps_its_json_line(coda_run_process):
+    """Per round, one line on stderr a person can follow (success by split, modes, losses, evaluation,
+    seconds) with the numbers rounds.json records; the final metrics stay one JSON line on stdout."""
+    out, proc = coda_run_process
+    history = json.loads((out / "rounds.json").read_text())
+    lines = [x for x in proc.stderr.splitlines() if re.match(r"\[coda seed 0\] round \d+/\d+ \| ", x)]
+    assert len(lines) == len(history) == 2, proc.stderr[-3000:]
+    for line, m in zip(lines, history):
+        assert line.startswith(f"[coda seed 0] round {m['round']}/{len(history)} | ")
+        for split, rate in m["success_by_split"].items():
+            assert f"{split} {100 * rate:.0f}%" in line
+        assert f"({m['rollouts']} rollouts)" in line
+        assert f"modes {m['modes']} ({m['validated_modes']} validated, {m['modes_in_band']} in band)" in line
+        assert f"critic {m['critic_loss']:.3g}" in line and f"policy {m['policy_loss']:.3g}" in line
+        if m["ood_success"] is None:
+            assert "no evaluation this round" in line
+        else:
+            assert f"eval OOD {100 * m['ood_success']:.1f}% (n={m['n_ood']})" in line
+        assert line.endswith(f"{m['round_updates']} updates, {m['wall_s']:.1f} s")
+    final = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert final["round"] == history[-1]["round"] and final["ood_success"] == history[-1]["ood_success"]
+
+
+def test_snapshots_record_the_code_and_params_that_wrote_them(coda_run):
+    """Every round's snapshot records, when written, the git commit, the dirty flag and the run's resolved
+    parameters (those of run.json) with their hash; its card shows them."""
+    run = json.loads((coda_run / "run.json").read_text())
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    for r in (1, 2):
+        snap = coda_run / "memory" / f"round-{r:04d}"
+        prov = json.loads((snap / "manifest.json").read_text())["extra"]["provenance"]
+        assert prov["git_sha"] == (head.stdout.strip() or None) and isinstance(prov["git_dirty"], bool)
+        assert prov["profile"] == run["profile"] and prov["params"] == {"coevolve": run["coevolve"]}
+        card = (snap / "README.md").read_text()
+        assert prov["git_sha"] in card and prov["params_sha256"] in card and f'"memory/round-{r:04d}"' in card
 
 
 def test_smoke_profile_runs_control_experiments_that_can_decide():

@@ -399,3 +399,29 @@ def test_cli_push_pull_in_a_fresh_process_honours_hf_endpoint(python_cli, hub, t
         missing.returncode == 2 and missing.stderr.startswith("error: ") and "Traceback" not in missing.stderr
     )
     assert Path(tmp_path / "pulled" / "README.md").is_file()
+
+
+def test_cli_push_shows_the_provenance_recorded_at_write_time_else_the_runs(hub, tmp_path):
+    """`coda memory push`'s card: a snapshot's recorded provenance (git SHA, params), not the run.json's
+    (which a resumed run may have rewritten under other code); run.json's only for a snapshot without one."""
+    from coda.memory.cli import memory_push
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(
+        json.dumps({"coevolve": {"rounds": 9}, "git_sha": "b" * 40, "git_dirty": True})
+    )
+    recorded = {"git_sha": "a" * 40, "git_dirty": False, "profile": "smoke", "params_sha256": "c" * 64}
+    recorded["params"] = {"coevolve": {"rounds": 2}}
+    save_snapshot(make_memory(), run / "memory" / "round-0001", round=1, extra={"provenance": recorded})
+    memory_push(str(run), REPO, revision="new")
+    card = hub.files(REPO, "new")["README.md"].decode()
+    assert "a" * 40 in card and "b" * 40 not in card
+    assert "rounds: 2" in card and "rounds: 9" not in card
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "run.json").write_text((run / "run.json").read_text())
+    save_snapshot(make_memory(), old / "memory" / "round-0001", round=1, extra={"profile": "smoke"})
+    memory_push(str(old), REPO, revision="old")
+    card = hub.files(REPO, "old")["README.md"].decode()
+    assert "b" * 40 in card and "rounds: 9" in card

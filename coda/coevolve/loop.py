@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -54,6 +55,43 @@ class Clock:
         now = time.perf_counter()
         self.laps[name] = round(self.laps.get(name, 0.0) + now - self.t, 2)
         self.t = now
+
+
+def _percent(x: float | None, digits: int = 0) -> str:
+    return "-" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def progress_line(m: dict[str, Any], rounds: int, who: str = "") -> str:
+    """One readable line of a round's metrics (`Loop._metrics`), for a person watching a run: success by split,
+    difficulty modes, mean losses, the evaluation when there was one, and seconds. Printed on stderr; it only
+    reads the metrics. ``rounds`` 0: a method that does not train (only evaluated)."""
+    parts = [f"{who}round {m.get('round')}/{rounds}" if rounds else f"{who}evaluated, no training"]
+    split = m.get("success_by_split") or {}
+    if split:
+        rates = ", ".join(f"{k} {_percent(v)}" for k, v in split.items())
+        parts.append(f"success {rates} ({m.get('rollouts', 0)} rollouts)")
+    if m.get("modes") is not None:
+        parts.append(
+            f"modes {m['modes']} ({m.get('validated_modes', 0)} validated, {m.get('modes_in_band', 0)} in band)"
+        )
+    losses = [
+        f"{name} {m[key]:.3g}"
+        for key, name in (("critic_loss", "critic"), ("policy_loss", "policy"), ("awr_loss", "AWR"))
+        if m.get(key) is not None
+    ]
+    if m.get("imitation_loss") is not None:
+        losses.append(f"imitation {m['imitation_loss']:.3g}")
+    if losses:
+        parts.append("loss " + ", ".join(losses))
+    if m.get("ood_success") is not None or m.get("id_success") is not None:
+        parts.append(
+            f"eval OOD {_percent(m.get('ood_success'), 1)} (n={m.get('n_ood', 0)}), "
+            f"ID {_percent(m.get('id_success'), 1)} (n={m.get('n_id', 0)})"
+        )
+    else:
+        parts.append("no evaluation this round")
+    parts.append(f"{m.get('round_updates', m.get('updates', 0))} updates, {m.get('wall_s', 0):.1f} s")
+    return " | ".join(parts)
 
 
 class Loop:
@@ -147,14 +185,27 @@ class Loop:
                 train_log=self.trainer.log,
                 pairs=self.control.pairs,
                 extra_state={**self.domain.state(), "trained_on": self.trainer.record.to_state()},
-                snapshot_extra={"method": self.method.name, "seed": self.seed, "profile": self.profile},
+                snapshot_extra=self._snapshot_extra(),
             )
             self._write_trained_on()
+            print(progress_line(metrics, self.c.rounds, self._who()), file=sys.stderr, flush=True)
         self._write_trained_on()  # also when the run resumed after its last round
         final = dict(s.history[-1]) if s.history else {}
         final.update({"method": self.method.name, "seed": self.seed, "profile": self.profile})
         write_json(self.out / "metrics.json", final)
         return final
+
+    def _who(self) -> str:
+        return f"[{self.method.name} seed {self.seed}] "
+
+    def _snapshot_extra(self) -> dict[str, Any]:
+        """The manifest's ``extra`` of a snapshot written now: method, seed, profile, and the code and
+        parameters that wrote it (`coda.memory.store.snapshot_provenance`, taken at write time)."""
+        from coda.memory.store import PROVENANCE_KEY, snapshot_provenance
+
+        extra: dict[str, Any] = {"method": self.method.name, "seed": self.seed, "profile": self.profile}
+        extra[PROVENANCE_KEY] = snapshot_provenance(self.profile, {"coevolve": dict(self.c.__dict__)})
+        return extra
 
     def _evaluate_only(self) -> dict[str, Any]:
         from coda.learn.policies import ChunkPolicy
@@ -171,6 +222,7 @@ class Loop:
         self.state.history = [metrics]
         write_json(self.out / "rounds.json", self.state.history)
         self._write_trained_on(trains=False)
+        print(progress_line(metrics, 0, self._who()), file=sys.stderr, flush=True)
         final = {**metrics, "method": self.method.name, "seed": self.seed, "profile": self.profile}
         write_json(self.out / "metrics.json", final)
         return final

@@ -3,11 +3,15 @@
 `dataset_card` renders YAML front matter (``license``, ``pretty_name``, ``task_categories``, ``tags`` and one
 ``configs`` entry per Parquet table, ``modes`` the default, so ``datasets.load_dataset(dir, "modes")`` reads a
 table directly) and a body: what the memory is, each table with its row count and a column table (name,
-Arrow type, description: `COLUMN_DESCRIPTIONS`), how the snapshot was produced (the manifest's round and
-``extra`` provenance), how to load it, and a citation. The card is a pure function of the manifest (and of
-the optional Hub provenance): no dates, so equal memories give byte-identical cards.
+Arrow type, description: `COLUMN_DESCRIPTIONS`), how the snapshot was produced, how to load it, and a
+citation. How it was produced comes from the manifest as written: its round and ``extra`` (method, seed,
+profile) and ``extra["provenance"]`` (`PROVENANCE_KEY`), which the run recorded when it wrote the snapshot
+(`coda.memory.store.snapshot_provenance`: git SHA, dirty flag, profile, resolved parameters and their
+sha256); nothing is looked up when the card is rendered. The card is a pure function of the manifest (and of
+the optional Hub provenance): no dates, so equal memories give byte-identical cards. Its loading example
+names the snapshot's own folder (``memory/round-0005`` of a round-5 snapshot, relative to its run).
 `coda.memory.store.save_snapshot` writes it into every snapshot; `coda.memory.hub.push_memory` rewrites it
-with the repository id and extra provenance (params, git SHA).
+with the repository id.
 
 Example:
     >>> text = dataset_card(read_manifest("runs/coda/memory/round-0003"))
@@ -31,16 +35,28 @@ __all__ = [
     "COLUMN_DESCRIPTIONS",
     "DEFAULT_CONFIG",
     "LICENSE",
+    "PROVENANCE_FIELDS",
+    "PROVENANCE_KEY",
     "TABLE_DESCRIPTIONS",
     "TAGS",
     "TASK_CATEGORIES",
     "dataset_card",
+    "snapshot_folder",
 ]
 
 LICENSE = "mit"  # the Hub's id of the repository's LICENSE (MIT)
 TASK_CATEGORIES = ("robotics",)
 TAGS = ("robotics", "manipulation", "coda", "curriculum-learning", "simulation")
 DEFAULT_CONFIG = "modes"
+# manifest["extra"][PROVENANCE_KEY]: what wrote the snapshot, recorded at write time
+# (`coda.memory.store.snapshot_provenance`); `coda.maintenance` compares results without it
+PROVENANCE_KEY = "provenance"
+PROVENANCE_FIELDS = {
+    "git_sha": "git commit of the code that wrote the snapshot",
+    "git_dirty": "whether tracked files under `coda/` or `params.yaml` had uncommitted changes then",
+    "profile": "the params.yaml profile the run used",
+    "params_sha256": "sha256 of the resolved parameters below, as canonical JSON (sorted keys, no spaces)",
+}
 TABLE_DESCRIPTIONS = {
     "scenes": "every scene with its construction trace (generation steps, checks, repairs) and lineage",
     "rollouts": "one summary row per policy rollout",
@@ -190,8 +206,12 @@ def _table_sections(manifest: Mapping[str, Any], n_programs: int) -> list[str]:
     return out
 
 
-def _load_section(repo_id: str | None) -> list[str]:
-    where = repo_id or "path/to/round-0003"
+def snapshot_folder(manifest: Mapping[str, Any]) -> str:
+    """Where a run keeps this snapshot, relative to the run directory: ``memory/round-0005``."""
+    return f"memory/round-{manifest['round']:04d}"
+
+
+def _load_section(manifest: Mapping[str, Any], repo_id: str | None) -> list[str]:
     out = ["## How to load it", ""]
     if repo_id is not None:
         out += [
@@ -199,25 +219,34 @@ def _load_section(repo_id: str | None) -> list[str]:
             f"coda memory pull {repo_id} --revision <tag or commit>   # download and verify checksums",
             "```",
             "",
-        ]
-    out += [
-        "```python",
-        "import pandas as pd",
-        'modes = pd.read_parquet("tables/modes.parquet")  # any table, with plain pandas',
-        "",
-        "import datasets",
-        f'modes = datasets.load_dataset("{where}", "modes")  # one config per table',
-        "",
-        "from coda.memory.store import load_snapshot",
-    ]
-    if repo_id is not None:
-        out += [
+            "```python",
             "from coda.memory.hub import pull_memory",
-            f'memory = load_snapshot(pull_memory("{repo_id}", revision="<tag or commit>"))',
+            f'snapshot = pull_memory("{repo_id}", revision="<tag or commit>")  # a verified local copy',
+            "",
+            "import pandas as pd",
+            'modes = pd.read_parquet(f"{snapshot}/tables/modes.parquet")  # any table, with plain pandas',
+            "",
+            "import datasets",
+            f'modes = datasets.load_dataset("{repo_id}", "modes", split="train")  # one config per table',
         ]
     else:
-        out.append(f'memory = load_snapshot("{where}")  # verifies every file; the full Memory API')
+        out += [
+            "Run this in the run directory (the folder that holds `memory/`), or set `snapshot` to this "
+            "folder's path:",
+            "",
+            "```python",
+            f'snapshot = "{snapshot_folder(manifest)}"',
+            "",
+            "import pandas as pd",
+            'modes = pd.read_parquet(f"{snapshot}/tables/modes.parquet")  # any table, with plain pandas',
+            "",
+            "import datasets",
+            'modes = datasets.load_dataset(snapshot, "modes", split="train")  # one config per table',
+        ]
     out += [
+        "",
+        "from coda.memory.store import load_snapshot",
+        "memory = load_snapshot(snapshot)  # verifies every file; the full Memory API",
         "```",
         "",
         "`manifest.json` records the sha256 and size of every file; `load_snapshot` verifies them, checks "
@@ -226,21 +255,56 @@ def _load_section(repo_id: str | None) -> list[str]:
     return out
 
 
+def _produced_section(manifest: Mapping[str, Any], card: dict[str, Any]) -> list[str]:
+    """How the snapshot was produced: the manifest's round, ``extra`` and write-time provenance (``card``
+    entries, e.g. a push's, are shown too and win), then the parameters."""
+    extra = dict(manifest.get("extra") or {})
+    recorded = extra.pop(PROVENANCE_KEY, None)
+    recorded = dict(recorded) if isinstance(recorded, Mapping) else {}
+    card.pop(PROVENANCE_KEY, None)  # a push passes the manifest's extra back: the recorded one is shown
+    params = card.pop("params", None)
+    params = params if params is not None else recorded.pop("params", None)
+    params = params if params is not None else extra.pop("params", None)
+    recorded.pop("params", None)
+    extra.pop("params", None)
+    ordered = {k: recorded[k] for k in PROVENANCE_FIELDS if k in recorded}  # git_sha, git_dirty, ...
+    fields = {"round": manifest["round"], **extra, **ordered, **recorded, **card}
+    out = [
+        "## How it was produced",
+        "",
+        f"Written by `coda.memory.store.save_snapshot` at the end of round {manifest['round']} of a CoDA run. "
+        "The values below are the snapshot's `manifest.json` as written: `round`, the run's `extra` "
+        f"(method, seed, profile) and `extra.{PROVENANCE_KEY}`, taken when the snapshot was written.",
+        "",
+        "| field | value |",
+        "|---|---|",
+        *(f"| `{k}` | {json.dumps(v, sort_keys=True)} |" for k, v in fields.items()),
+    ]
+    if recorded:
+        out += ["", *(f"* `{k}`: {what}" for k, what in PROVENANCE_FIELDS.items() if k in recorded)]
+    else:
+        out += [
+            "",
+            f"No `extra.{PROVENANCE_KEY}` was recorded (a snapshot written before snapshots carried the git "
+            "commit and parameters): the run's `run.json` has them.",
+        ]
+    if params is not None:
+        out += ["", "Parameters:", "", "```yaml", yaml.safe_dump(params, sort_keys=True).rstrip(), "```"]
+    return out
+
+
 def dataset_card(
     manifest: Mapping[str, Any], repo_id: str | None = None, card: Mapping[str, Any] | None = None
 ) -> str:
     """The README.md of a snapshot (deterministic): front matter, tables and columns, provenance, use.
 
-    ``manifest``: the snapshot's manifest (round, row counts, files, ``extra`` provenance). ``repo_id``: the
-    Hub dataset repo, for pull instructions. ``card``: extra provenance shown with the manifest's ``extra``
-    (e.g. ``params``, ``git_sha``, ``profile``), and optionally ``license``.
+    ``manifest``: the snapshot's manifest (round, row counts, files, ``extra`` and its write-time
+    ``extra["provenance"]``). ``repo_id``: the Hub dataset repo, for pull instructions. ``card``: more
+    provenance shown with the manifest's (e.g. ``params``, ``git_sha`` of a snapshot that recorded none; a
+    key given here wins), and optionally ``license``.
     """
     card = dict(card or {})
     license = card.pop("license", LICENSE)
-    extra = dict(manifest.get("extra") or {})
-    extra_params = extra.pop("params", None)
-    params = card.pop("params", extra_params)
-    provenance = {"round": manifest["round"], **extra, **card}
     n_programs = sum(rel.startswith("programs/") for rel in manifest["files"])
     parts = [
         "---",
@@ -259,20 +323,9 @@ def dataset_card(
         "",
         *_table_sections(manifest, n_programs),
         "",
-        "## How it was produced",
+        *_produced_section(manifest, card),
         "",
-        "Written by `coda.memory.store.save_snapshot` at the end of a CoDA round; the values below come from "
-        "the snapshot's `manifest.json` (`round` and its `extra` provenance: method, seed, profile).",
-        "",
-        "| field | value |",
-        "|---|---|",
-        *(f"| `{k}` | {json.dumps(v, sort_keys=True)} |" for k, v in provenance.items()),
-    ]
-    if params is not None:
-        parts += ["", "Parameters:", "", "```yaml", yaml.safe_dump(params, sort_keys=True).rstrip(), "```"]
-    parts += [
-        "",
-        *_load_section(repo_id),
+        *_load_section(manifest, repo_id),
         "",
         "## License",
         "",

@@ -73,12 +73,13 @@ def memory_inspect(path: str, as_json: bool = False) -> str:
 
 def memory_push(path: str, repo_id: str, revision: str | None = None, private: bool = False) -> str:
     from coda.memory.hub import push_memory
-    from coda.memory.store import read_manifest, resolve_snapshot
+    from coda.memory.store import PROVENANCE_KEY, read_manifest, resolve_snapshot
 
     snap = resolve_snapshot(path)
     card = dict(read_manifest(snap)["extra"])  # provenance recorded by the run: method, seed, profile
     run_json = snap.parent.parent / "run.json"  # <run>/memory/round-NNNN: the run's settings and git state
-    if run_json.is_file():
+    # a snapshot written before it recorded its own provenance (git SHA, params) at write time: the run's
+    if PROVENANCE_KEY not in card and run_json.is_file():
         run = json.loads(run_json.read_text())
         card.setdefault("params", {"coevolve": run.get("coevolve")})
         for key, value in run.items():

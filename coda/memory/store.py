@@ -30,7 +30,10 @@ snapshot; two equal memories give byte-identical snapshots. `load_snapshot` trus
 checks the manifest's keys and version, the exact file set, every size and sha256, table schemas and row
 values, and program documents, with size limits; files are parsed as Parquet and JSON, never unpickled. Any
 problem raises `MemoryFormatError` naming the file and field. A run keeps one snapshot per round under
-``<run_dir>/memory/round-0003/`` (`snapshot_path`, `latest_snapshot`).
+``<run_dir>/memory/round-0003/`` (`snapshot_path`, `latest_snapshot`), and records in its manifest's
+``extra["provenance"]`` what wrote it, taken at write time (`snapshot_provenance`: the git SHA, whether
+tracked files under ``coda/`` or ``params.yaml`` had uncommitted changes, the profile and the resolved
+parameters with their sha256); `coda.maintenance` compares results without it.
 
 Where things live (all re-exported here): the tables' schema and row checks in `coda.memory.schema`,
 `Memory` in `coda.memory.tables`, difficulty modes in `coda.memory.modes`, reading and verifying snapshots
@@ -60,6 +63,7 @@ import os
 import re
 import secrets
 import shutil
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -67,7 +71,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from coda.memory.card import dataset_card
+from coda.memory.card import PROVENANCE_KEY, dataset_card
 from coda.memory.modes import (  # noqa: F401  (re-exported API)
     FAST_ALPHA,
     SIMILARITY_THRESHOLD,
@@ -114,6 +118,40 @@ from coda.memory.snapshots import (  # noqa: F401  (re-exported API)
 )
 from coda.memory.summary import inspect, summarize
 from coda.memory.tables import Memory
+
+# -- provenance -----------------------------------------------------------------------------------------------
+# what `git_dirty` looks at: the code and the parameters file, not the results a run writes into the checkout
+DIRTY_PATHS = ("coda", "params.yaml")
+
+
+def _git(root: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}  # `git status` must not take the index lock of a checkout
+    return subprocess.run(
+        ["git", "-C", str(root), *args], capture_output=True, text=True, check=True, timeout=60, env=env
+    ).stdout.strip()
+
+
+def code_state(root: str | Path | None = None) -> dict[str, Any]:
+    """The git commit of the checkout holding the `coda` package (``git_sha``) and whether tracked files under
+    `DIRTY_PATHS` differ from it (``git_dirty``); both None when the code is not in a git checkout."""
+    root = Path(root) if root is not None else Path(__file__).resolve().parents[2]
+    try:
+        if Path(_git(root, "rev-parse", "--show-toplevel")).resolve() != root.resolve():
+            return {"git_sha": None, "git_dirty": None}  # installed inside some other repository
+        sha = _git(root, "rev-parse", "HEAD")
+        changed = _git(root, "status", "--porcelain", "--untracked-files=no", "--", *DIRTY_PATHS)
+    except (OSError, subprocess.SubprocessError):
+        return {"git_sha": None, "git_dirty": None}
+    return {"git_sha": sha, "git_dirty": bool(changed)}
+
+
+def snapshot_provenance(profile: str, params: Mapping[str, Any], root: str | Path | None = None) -> dict:
+    """What wrote a snapshot, taken now (at write time): the code's `code_state` and the parameters (profile,
+    the resolved ``params`` and ``params_sha256``, the sha256 of their canonical JSON). A run passes it to
+    `save_snapshot` as ``extra[PROVENANCE_KEY]``; `coda.maintenance` leaves it out of result comparisons."""
+    resolved = json.loads(json.dumps(dict(params), sort_keys=True, default=list, allow_nan=False))
+    digest = hashlib.sha256(to_json(resolved).encode()).hexdigest()
+    return {**code_state(root), "profile": profile, "params_sha256": digest, "params": resolved}
 
 
 # -- snapshots -----------------------------------------------------------------------------------------------
@@ -183,7 +221,9 @@ def save_snapshot(
     """Write `memory` as a snapshot at `directory`, atomically; returns `directory`.
 
     Saving an identical snapshot again is a no-op; a different existing snapshot is replaced only with
-    ``overwrite=True`` (else FileExistsError). ``extra`` (JSON) goes into the manifest, e.g. params, git SHA.
+    ``overwrite=True`` (else FileExistsError). ``extra`` (JSON) goes into the manifest: a run's method, seed
+    and profile, and under ``extra[PROVENANCE_KEY]`` the `snapshot_provenance` taken when it wrote the snapshot
+    (git SHA, dirty flag, parameters), which the card shows as recorded.
     """
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
@@ -250,7 +290,9 @@ __all__ = [
     "DifficultyMode",
     "Memory",
     "MemoryFormatError",
+    "PROVENANCE_KEY",
     "arrow_schema",
+    "code_state",
     "in_band",
     "inspect",
     "latest_snapshot",
@@ -259,5 +301,6 @@ __all__ = [
     "resolve_snapshot",
     "save_snapshot",
     "snapshot_path",
+    "snapshot_provenance",
     "summarize",
 ]

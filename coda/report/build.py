@@ -28,6 +28,7 @@ from coda.report.memory_design import (
     table6_family_transfer,
     table7_backbone_transfer,
 )
+from coda.report.preregistration import preregistration
 from coda.report.regimes import table1_regimes
 from coda.report.runs import Runs, records_of
 from coda.report.summary import index, summary
@@ -36,7 +37,7 @@ from coda.report.summary import index, summary
 SECTIONS: dict[str, list[str]] = {
     "01": ["figure6_gallery"],
     "02": ["sft_baseline"],
-    "04": ["table1_regimes", "table1_main", "figure3_rounds", "budget_curve"],
+    "04": ["table1_regimes", "preregistration", "table1_main", "figure3_rounds", "budget_curve"],
     "05": ["table4_text2potential", "learning_speed"],
     "06": ["table3_critic_sensitivity"],
     "07": ["table6_family_transfer", "table7_backbone_transfer"],
@@ -49,6 +50,7 @@ _ARTIFACTS = {
         figure6_gallery,
         sft_baseline,
         table1_regimes,
+        preregistration,
         table1_main,
         figure3_rounds,
         budget_curve,

@@ -50,6 +50,7 @@ RUN_INPUTS: dict[str, Callable[[Path, object], list[Path]]] = {
     "figure6_gallery": lambda r, ex: _seed0(r, "coda"),
     "table1_main": _table1,
     "table1_regimes": _table1,  # regime A's; regime B's rows say "not run" until its records are there
+    "preregistration": _table1,  # likewise
     "figure3_rounds": lambda r, ex: [*_runs(r, *(f"long/{m}" for m in ex.long)), *_runs(r, "table1/sft-0")],
     "budget_curve": lambda r, ex: [
         *_runs(r, *(f"budget/{m}-{n}" for m in ex.budget["methods"] for n in ex.budget["envs"])),

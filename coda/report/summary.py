@@ -125,6 +125,11 @@ INDEX = [  # (file stem, what it is, paper section / notebook)
         "Table 1 in both benchmark regimes (A: narrow SFT data; B: the paper's regime)",
         "§4 · 04",
     ),
+    (
+        "preregistration",
+        "Regime B's pre-registered predictions, per claim, beside the outcomes (not in the paper)",
+        "04",
+    ),
     ("table1_main", "Table 1: main OOD success, all methods", "§4 · 04"),
     ("figure3_rounds", "Figure 3: OOD success over rounds, with and without memory", "§4 · 04"),
     ("budget_curve", "Budget curve: OOD success against accepted environments (not in the paper)", "04"),
