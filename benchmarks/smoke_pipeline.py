@@ -88,6 +88,9 @@ def prepare(repo: Path, *, libero: bool) -> Path:
     git repository (no data/, no DVC remote, none of the committed `cpu` records); `libero=False` leaves the
     LIBERO stages out."""
     copy_working_tree(repo)
+    from coda.report.plots_page import DEFAULT, write_template
+
+    write_template(repo / DEFAULT)  # as `make venv` does in a clone: `dvc plots show`'s page (git-ignored)
     shutil.rmtree(repo / "records", ignore_errors=True)  # the `cpu` runs' records: smoke writes its own
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["base"]["profile"] = "smoke"

@@ -161,10 +161,20 @@ def test_repro_again_is_a_no_op_and_one_variant_invalidates_only_its_chain(smoke
     for path in (repo / "metrics" / "summary").rglob("*.json"):  # numbers only
         values = json.loads(path.read_text()).values()
         assert all(v is None or isinstance(v, int | float) for v in values), path
-    with (repo / "metrics" / "curves.csv").open() as fh:  # long format, no blanks drawn as zeros
-        curves = list(csv.DictReader(fh))
-    assert curves and set(curves[0]) == {"round", "method", "ood"} and all(all(r.values()) for r in curves)
-    assert {"coda", "long_coda"} <= {r["method"] for r in curves}
+    plots = repo / "metrics" / "plots"  # one file per plot, long format, no blanks drawn as zeros
+    groups = {p.stem: list(csv.DictReader(p.open())) for p in plots.glob("*.csv")}
+    assert set(groups) >= {
+        "rounds_table1",
+        "rounds_table1_b",
+        "rounds_long",
+        "losses_critic",
+        "losses_policy",
+    }
+    for name, rows in groups.items():
+        head = {"round", "method", "ood"} if name.startswith("rounds") else {"method", "step", "loss"}
+        assert rows and set(rows[0]) == head and all(all(r.values()) for r in rows), name
+    assert "coda" in {r["method"] for r in groups["rounds_table1"]}
+    assert "coda" in {r["method"] for r in groups["rounds_long"]}
     smoke.sh([str(BIN / "dvc"), "plots", "show", "-o", str(repo / "plots_html")], repo)
     page = (repo / "plots_html" / "index.html").read_text()
     assert '"field": "method"' in page or '"field":"method"' in page  # one colour per method

@@ -134,7 +134,10 @@ def test_summary_writes_numbers_only_topics_and_long_curves(tmp_path):
     assert "summary/table1/coda.json" in files and any(f.startswith("summary/claims/") for f in files)
     for p in (out / "summary").rglob("*.json"):
         assert all(v is None or isinstance(v, int | float) for v in json.loads(p.read_text()).values()), p
-    rows = list(csv.DictReader((out / "curves.csv").open()))
+    assert sorted(p.name for p in (out / "plots").iterdir()) == [
+        "rounds_table1.csv"
+    ]  # no ablation, long, logs
+    rows = list(csv.DictReader((out / "plots" / "rounds_table1.csv").open()))
     assert [(r["round"], r["method"]) for r in rows] == [
         ("1", "uniform"),
         ("2", "uniform"),

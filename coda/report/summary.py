@@ -16,7 +16,7 @@ from coda.report.claims import claims
 from coda.report.common import ablation_round
 from coda.report.main_results import table1_numbers
 from coda.report.regimes import regime_results
-from coda.report.runs import Runs, paired_episodes, rounded, rows_at, stat
+from coda.report.runs import Runs, paired_episodes, regime_dirs, rounded, rows_at, stat
 from coda.report.tidy import write_tidy
 
 
@@ -32,9 +32,8 @@ def summary(runs: Runs, out: Path) -> dict[str, Any]:
       difference (a plain output, not a metric), and both benchmark regimes side by side
       (`coda.report.regimes`): ``table1_regimes``, ``table8`` (targeted against novel failure of CoDA's
       policy, same runs and rounds) and ``claims_regimes``, each ``{"a": ..., "b": ...}``;
-    * ``curves.csv`` (round, method, ood: every evaluated round of the seed-0 and extended runs) and
-      ``training.csv`` (method, kind, step, loss: the per-update losses of the seed-0 runs, every 5th row), in
-      long format with no blanks, for the ``by_method`` plot template (.dvc/plots);
+    * ``plots/``: one long-format CSV per plot that `dvc plots show` draws (`write_plots`), with no blanks, for
+      the ``by_method`` template (.dvc/plots: one colour per series);
     * ``tidy.csv``: every record's final and per-round metrics of both regimes, one value per row
       (`coda.report.tidy`), for pandas.
     """
@@ -90,26 +89,57 @@ def summary(runs: Runs, out: Path) -> dict[str, Any]:
             path = folder / topic / f"{name}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(values, sort_keys=True) + "\n")
-    curves = [("round", "method", "ood")]
-    for name, run in [
-        *((m, runs.seed_run(m)) for m in runs.table1),
-        *runs.ablation.items(),
-        *((f"long_{k}", v) for k, v in runs.long.items()),
-    ]:
-        if run is not None and run.method != "sft":
-            curves += [(r, name, f"{100 * v:.2f}") for r, v in run.curve()]
-    _write_csv(out / "curves.csv", curves)
-    training = [("method", "kind", "step", "loss")]
+    write_plots(runs, out / "plots")
+    write_tidy(runs, out / "tidy.csv")
+    return res
+
+
+def write_plots(runs: Runs, folder: Path) -> list[Path]:
+    """The files of `dvc plots show`, one plot each, so that a plot shows one group of runs:
+
+    * ``rounds_table1.csv`` (round, method, ood): every evaluated round of each Table-1 method's seed-0 run,
+      ``rounds_table1_b.csv`` the same in regime B (when it has records);
+    * ``rounds_ablation.csv`` (round, method, ood): the ablation variants' evaluated rounds (``method`` is the
+      variant);
+    * ``rounds_long.csv`` (round, method, ood): Figure 3's extended runs;
+    * ``losses_critic.csv`` and ``losses_policy.csv`` (method, step, loss): the per-update losses of the
+      seed-0 runs (every 5th row), apart from success and from each other (their scales differ).
+    """
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    written = []
+
+    def rounds(name: str, named_runs) -> None:
+        rows = [("round", "method", "ood")]
+        for label, run in named_runs:
+            if run is not None and run.method != "sft":
+                rows += [(r, label, f"{100 * v:.2f}") for r, v in run.curve()]
+        if len(rows) > 1:
+            _write_csv(folder / f"{name}.csv", rows)
+            written.append(folder / f"{name}.csv")
+
+    rounds("rounds_table1", ((m, runs.seed_run(m)) for m in runs.table1))
+    b = regime_dirs(runs.root).get("b")
+    if b is not None and b != runs.root and (b / "table1").is_dir():
+        rb = Runs.load(b)
+        rounds("rounds_table1_b", ((m, rb.seed_run(m)) for m in rb.table1))
+    rounds("rounds_ablation", runs.ablation.items())
+    rounds("rounds_long", runs.long.items())
+    losses: dict[str, list[tuple]] = {"critic": [], "policy": []}
     for m in runs.table1:
         run = runs.seed_run(m)
         log = run.path / "train_log.csv" if run else None
         if log is not None and log.is_file():
             with log.open() as fh:
                 rows = list(csv.DictReader(fh))
-            training += [(m, x["kind"], x["step"], x["loss"]) for x in rows[::5] if x["loss"]]
-    _write_csv(out / "training.csv", training)
-    write_tidy(runs, out / "tidy.csv")
-    return res
+            for x in rows[::5]:
+                if x["loss"] and x["kind"] in losses:
+                    losses[x["kind"]].append((m, x["step"], x["loss"]))
+    for kind, rows in losses.items():
+        if rows:
+            _write_csv(folder / f"losses_{kind}.csv", [("method", "step", "loss"), *rows])
+            written.append(folder / f"losses_{kind}.csv")
+    return written
 
 
 VERDICTS = {"holds": 1, "reversed": -1, "not significant": 0}
