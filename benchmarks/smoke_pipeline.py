@@ -33,7 +33,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-LIBERO_STAGES = ("libero_sft", "libero_coda", "nb10_libero_pro")
+LIBERO_STAGES = ("libero_sft", "libero_coda", "libero_uniform", "nb10_libero_pro")
 
 
 def env_for(repo: Path) -> dict[str, str]:
@@ -101,7 +101,8 @@ def prepare(repo: Path, *, libero: bool) -> Path:
         stages = yaml.safe_load((repo / "dvc.yaml").read_text())
         for name in LIBERO_STAGES:
             del stages["stages"][name]
-        stages["stages"]["figures_index"]["deps"].remove("figures/table2_libero_pro.md")
+        for fig in ("table2_libero_pro.md", "table2_libero_curve.png", "libero_coverage.md"):
+            stages["stages"]["figures_index"]["deps"].remove(f"figures/{fig}")
         if "metrics" in stages:
             stages["metrics"] = [m for m in stages["metrics"] if "libero" not in m]
         (repo / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))

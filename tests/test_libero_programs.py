@@ -188,3 +188,105 @@ def test_the_schema_is_memory_s_and_re_exported_here():
     assert lp.TEMPLATES is libero_programs.TEMPLATES
     doc = lp.validate_generation(position())
     assert validate_program(doc) == libero_programs.validate_program(doc) == doc
+
+
+# -- reaching the held-out shifts: placements anywhere on the table, swaps with every neighbour ------------
+def place(**over):
+    doc = {
+        "kind": "generation",
+        "family": "libero_object",
+        "task": 3,
+        "perturbs": "position",
+        "place": {"role": "object", "x": [-0.2, -0.17], "y": [0.05, 0.08]},
+    }
+    doc.update(over)
+    return doc
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"place": {"role": "robot", "x": [0, 0.01], "y": [0, 0.01]}}, "place.role"),
+        ({"place": {"role": "object", "x": [0.1, 0.0], "y": [0, 0.01]}}, "place.x"),
+        ({"place": {"role": "object", "x": [0, 0.01], "y": "anywhere"}}, "place.y"),
+        ({"place": {"role": "object", "x": [0, 0.01]}}, "place.y"),
+        ({"place": {"role": "object", "x": [0, 0.01], "y": [0, 0.01], "z": [0, 1]}}, "place.z"),
+        ({"place": [0.0, 0.1]}, "place"),
+        ({"shift": {"role": "object", "dx": [0, 0], "dy": [0, 0]}}, "place"),  # two position operators
+        ({"swap": {"ranks": [0]}}, "swap"),
+        ({"perturbs": "instruction", "retarget": {"ranks": [0]}}, "place"),
+    ],
+)
+def test_malformed_place_programs_name_the_field(change, field):
+    with pytest.raises(ProgramError) as err:
+        lp.validate_generation(place(**change))
+    assert str(err.value).startswith(field), str(err.value)
+
+
+def test_a_place_program_puts_the_object_on_the_table_and_round_trips():
+    doc = lp.validate_generation(place())
+    assert doc["place"] == {"role": "object", "x": [-0.2, -0.17], "y": [0.05, 0.08]}
+    assert (
+        lp.validate_generation({**place(), "id": doc["id"]}) == doc
+        and doc["id"] != (lp.validate_generation(position())["id"])
+    )
+    wide = lp.validate_generation(place(place={"role": "target", "x": [-5, 5], "y": [0.2, 9]}))
+    (x0, x1), (y0, y1) = lp.TABLE
+    assert wide["place"]["x"] == [x0, x1] and wide["place"]["y"] == [0.2, y1]  # clamped to the table
+    rng = np.random.default_rng(0)
+    for _ in range(30):
+        v = lp.instantiate(doc, rng, OBJECT, 17)
+        ((x, y),) = v.places.values()
+        assert -0.2 <= x <= -0.17 and 0.05 <= y <= 0.08 and not v.shifts and v.init_index == 17
+        assert v.perturbed and not v.control().perturbed
+        assert lp.Variant.from_dict(v.to_dict()) == v and v.key() != v.control().key()
+    assert "places" not in lp.Variant(3, 17, {"object": [0.01, 0.0]}).to_dict()  # other keys unchanged
+
+
+def test_a_swap_reaches_every_neighbour():
+    """LIBERO-Pro `_swap` partners are up to the goal's 5th nearest movable object (tasks 4 and 9)."""
+    assert lp.MAX_RANK == 4
+    swap = {"family": "libero_object", "task": 4, "perturbs": "position", "swap": {"ranks": [4, 0]}}
+    assert lp.validate_generation(swap)["swap"] == {"ranks": [0, 4]}
+    with pytest.raises(ProgramError, match=r"^swap\.ranks\[0\]"):
+        lp.validate_generation({**swap, "swap": {"ranks": [5]}})
+
+
+def test_a_far_moved_object_compiles_to_a_placement_and_a_near_one_to_a_shift():
+    moved = {"family": "libero_object_task1", "factor": "position", "role": "object", "phase": "reached"}
+    far, _ = lp.compile_diagnosis({**moved, "offset": [-0.18, 0.02], "position": [-0.2, -0.08]}, 1)
+    assert far["place"] == {"role": "object", "x": [-0.215, -0.185], "y": [-0.095, -0.065]}
+    assert lp.validate_generation(far) == far
+    near, _ = lp.compile_diagnosis({**moved, "offset": [0.05, 0.02], "position": [0.1, -0.1]}, 1)
+    assert "shift" in near and "place" not in near
+
+
+def test_random_programs_include_placements():
+    rng = np.random.default_rng(3)
+    docs = [lp.random_program(rng, "libero_object", 2) for _ in range(60)]
+    placed = [d["place"] for d in docs if "place" in d]
+    assert placed and all(p["role"] == "object" for p in placed)
+    (x0, x1), (y0, y1) = lp.TABLE
+    assert all(x0 <= p["x"][0] <= p["x"][1] <= x1 and y0 <= p["y"][0] <= p["y"][1] <= y1 for p in placed)
+
+
+def test_a_placed_variant_exhibits_its_placement_program_only():
+    """The control experiment confirms a diagnosis only when its failing variant shows the validated
+    difficulty (`LiberoDomain.exhibits`): a placement in the program's table region (10% margin), not a
+    shift by the same numbers, nor a placement elsewhere."""
+    import json
+
+    from coda.sim.libero.domain import LiberoDomain
+
+    domain = LiberoDomain.__new__(LiberoDomain)
+    doc = lp.validate_generation(place())
+    placed = lp.instantiate(doc, np.random.default_rng(1), OBJECT, 12)
+    assert domain.exhibits(doc, json.dumps(placed.to_dict()))
+    shifted = lp.Variant(3, 12, dict(placed.places))
+    assert not domain.exhibits(doc, json.dumps(shifted.to_dict()))
+    elsewhere = lp.Variant(3, 12, places={"object": [0.1, -0.2]})
+    assert not domain.exhibits(doc, json.dumps(elsewhere.to_dict()))
+    assert not domain.exhibits(doc, json.dumps(lp.Variant(2, 12, places=dict(placed.places)).to_dict()))
+    shift_doc = lp.validate_generation(position())
+    assert domain.exhibits(shift_doc, json.dumps(lp.Variant(3, 12, {"object": [0.03, 0.0]}).to_dict()))
+    assert not domain.exhibits(shift_doc, json.dumps(placed.to_dict()))

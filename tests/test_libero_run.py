@@ -76,11 +76,20 @@ def test_demo_packing_round_trips_and_tables_count_by_kind():
     assert [d["instruction"] for d in back] == ["i1", "i2"]
     assert [len(d["obs"]) for d in back] == [4, 6] and back[1]["obs"][0, 0] == 2
     table = le.success_table(
-        [("standard", 0, {"success": True}), ("standard", 1, {"success": False}), ("position", 0, {})]
+        [
+            ("standard", 0, 45, {"success": True}),
+            ("standard", 1, 45, {"success": False}),
+            ("position", 0, 46, {}),
+        ]
     )
-    assert table["standard"] == {"mean": 0.5, "n": 2, "by_task": {"0": 1.0, "1": 0.0}}
+    assert table["standard"] == {
+        "mean": 0.5,
+        "n": 2,
+        "by_task": {"0": 1.0, "1": 0.0},
+        "episodes": [[0, 45, 1], [1, 45, 0]],
+    }
     assert table["position"]["mean"] == 0.0 and "instruction" not in table
-    assert le.success_table([("new_task", 3, {"success": True})])["new_task"]["by_task"] == {"3": 1.0}
+    assert le.success_table([("new_task", 3, 49, {"success": True})])["new_task"]["by_task"] == {"3": 1.0}
     assert le.suite_of("libero_object", "new_task") == "libero_object_task"
     assert set(le.OOD_KINDS) == set(le.KINDS) - {"standard"}
 
@@ -97,6 +106,94 @@ def test_retarget_variants_round_trip_and_leave_other_keys_unchanged():
     assert lp.parse_instruction(text) == ("cream cheese", "in", "basket")
 
 
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"rehearsal_share": 1.5}, "rehearsal_share"),
+        ({"rehearsal_share": -0.1}, "rehearsal_share"),
+        ({"rehearsal_share": "half"}, "rehearsal_share"),
+        ({"curve_states": 0}, "curve_states"),
+        ({"eval_states": 4, "curve_states": 5}, "curve_states"),
+    ],
+)
+def test_libero_config_checks_the_rehearsal_share_and_the_curve_states(change, field):
+    from coda.config import ConfigError, load_params
+
+    c = load_params("params.yaml", profile="cpu").libero
+    with pytest.raises(ConfigError) as err:
+        dataclasses.replace(c, **change)
+    assert field in str(err.value), str(err.value)
+
+
+def test_rounds_rehearse_every_sft_demonstration_with_the_libero_share_and_evaluate_every_round():
+    from coda.config import load_params
+
+    cfg = load_params("params.yaml", profile="cpu")
+    cfg = dataclasses.replace(
+        cfg,
+        libero=dataclasses.replace(cfg.libero, rehearsal_share=0.8),
+        coevolve=dataclasses.replace(cfg.coevolve, rehearsal_share=0.1, eval_every=5),
+    )
+    c = lr.rounds_config(cfg)
+    assert c.rehearsal_share == 0.8  # LIBERO's own share, not coevolve's
+    assert c.rehearsal_per_family == cfg.libero.demo_states * cfg.libero.demo_repeats  # all of them
+    assert c.eval_every == 1 and c.final_eval == "full" and c.rounds == cfg.libero.rounds
+
+
+def test_the_domain_evaluates_the_curve_states_every_round_and_all_of_them_at_the_end(monkeypatch):
+    """After every round: every suite on the curve's states, critic-guided; after the last round: every
+    evaluation state, and the policy alone too. The round's coverage comes with either."""
+    from coda.config import load_params
+    from coda.sim.libero import domain as ld
+
+    cfg = load_params("params.yaml", profile="cpu")
+    calls = []
+
+    def fake_evaluate(pool, cfg, policy, critic, seed, desc, states):
+        calls.append((critic is not None, list(states)))
+        return le.success_table(
+            (k, t, i, {"success": True}) for k in le.KINDS for t in cfg.libero.tasks for i in states
+        )
+
+    monkeypatch.setattr(ld, "evaluate", fake_evaluate)
+    domain = ld.LiberoDomain.__new__(ld.LiberoDomain)
+    domain.cfg, domain.c, domain.seed, domain.pool = cfg, cfg.libero, 0, None
+    domain._coverage = {"n": 3}
+    actor = {"policy": "p", "critic": "c"}
+    curve = domain.evaluate(actor, final=False)
+    assert calls == [(True, [40, 41, 42, 43, 44])] and curve["libero_policy_only"] is None
+    assert all(v["n"] == 50 for v in curve["libero"].values()) and curve["coverage"] == {"n": 3}
+    final = domain.evaluate(actor, final=True)
+    assert calls[1:] == [(True, list(range(40, 50))), (False, list(range(40, 50)))]
+    assert all(v["n"] == 100 for v in final["libero"].values()) and final["coverage"] is None
+    assert domain.no_evaluation()["libero"] is None
+
+
+def test_the_domain_rehearses_every_sft_demonstration_of_every_task():
+    from coda.sim.libero.domain import LiberoDomain
+
+    domain = LiberoDomain.__new__(LiberoDomain)
+    domain.sft_demos = [{"instruction": f"task {t}", "k": k} for t in range(3) for k in range(4)]
+    assert domain.rehearsal(4) == domain.sft_demos
+    assert [d["k"] for d in domain.rehearsal(2)] == [0, 1] * 3
+
+
+def test_the_cli_runs_coda_or_uniform():
+    import argparse
+
+    from coda.libero.cli import add_libero_commands
+
+    parser = argparse.ArgumentParser()
+    add_libero_commands(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(["libero", "run", "--sft", "s", "--out", "o", "--method", "uniform"])
+    assert args.method == "uniform"
+    assert parser.parse_args(["libero", "run", "--sft", "s", "--out", "o"]).method == "coda"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["libero", "run", "--sft", "s", "--out", "o", "--method", "sr_guided"])
+    with pytest.raises(ValueError, match="sr_guided"):
+        lr.run_rounds(None, "s", "o", method="sr_guided")
+
+
 # -- with the simulator -------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_tiny_libero_sft_and_a_resumed_round(tmp_path):
@@ -110,7 +207,14 @@ def test_tiny_libero_sft_and_a_resumed_round(tmp_path):
     cfg = dataclasses.replace(
         cfg,
         libero=dataclasses.replace(
-            cfg.libero, demo_states=1, eval_states=1, epochs=5, rounds=2, envs_per_task=1
+            cfg.libero,
+            demo_states=1,
+            eval_states=2,
+            curve_states=1,
+            epochs=5,
+            rounds=2,
+            envs_per_task=1,
+            rehearsal_share=0.7,
         ),
     )
     sft = lr.run_sft(cfg, tmp_path / "sft")
@@ -128,3 +232,21 @@ def test_tiny_libero_sft_and_a_resumed_round(tmp_path):
     assert history[1]["libero"] == out["after"]  # the final evaluation, in the shared loop's record
     run = json.loads((tmp_path / "coda" / "run.json").read_text())
     assert run["method"] == "coda" and run["coevolve"]["envs_per_family"] == cfg.libero.envs_per_task
+    # every round measures every suite (here round 1 was the last round of the first call: both states)
+    assert all(set(h["libero"]) == set(le.KINDS) for h in history)
+    assert history[0]["libero_policy_only"] is not None and out["after_policy_only"]["standard"]["n"] == 2
+    # the SFT demonstrations are rehearsed with libero's share
+    assert run["coevolve"]["rehearsal_share"] == 0.7 == out["rehearsal_share"]
+    with np.load(tmp_path / "coda" / "rounds" / "round-0002" / "rehearsal.npz") as z:
+        assert len(unpack_demos(z)) == sft["demos"]
+    # coverage of the held-out suites' regions, per round, over the accepted environments
+    for h in history:
+        cov = h["coverage"]
+        assert cov["n"] == h["envs_accepted"] and set(cov) >= {"standard", "position", "new_task", "by_split"}
+    assert [c["round"] for c in out["coverage"]] == [1, 2]
+    # uniform: novel programs only, no memory, the same budget, from the same SFT policy
+    uni = lr.run_rounds(first, tmp_path / "sft", tmp_path / "uniform", method="uniform")
+    rounds = json.loads((tmp_path / "uniform" / "rounds.json").read_text())
+    assert uni["method"] == "uniform" and uni["modes_validated"] == 0 and set(uni["after"]) == set(le.KINDS)
+    assert rounds[0]["envs_requested"] == history[0]["envs_requested"]
+    assert set(rounds[0]["coverage"]["by_split"]) <= {"novel"} and uni["coverage"][0]["round"] == 1

@@ -113,11 +113,13 @@ def test_retarget_makes_another_object_the_goal_and_restores(env):
 
 @pytest.mark.slow
 def test_planner_solves_a_retargeted_program_and_its_demo_names_the_new_object():
-    """A retarget program (rank 3 in task 0: the cream cheese, LIBERO-Pro `_task` 0's goal) instantiated,
-    certified by the planner; its demonstration carries the retargeted instruction, and the diagnoser,
-    reading only that rollout's first observation and instruction, recovers the same rank."""
+    """A retarget program (rank 3 in task 0, counted without the cream cheese: LIBERO-Pro `_task` 0's goal,
+    which is held out) instantiated, certified by the planner; its demonstration carries the retargeted
+    instruction, never the held-out one, and the diagnoser, reading only that rollout's first observation and
+    instruction, recovers the same rank."""
     from coda.libero import programs as lp
     from coda.sim.libero import episodes as le
+    from coda.sim.libero import heldout
     from coda.sim.libero.diagnose import LiberoDiagnoser, LiberoReference
 
     program = lp.validate_generation(
@@ -127,22 +129,48 @@ def test_planner_solves_a_retargeted_program_and_its_demo_names_the_new_object()
     job = le.Episode("libero_object", v, "planner", "libero_object", max_steps=300, record=True).job()
     out = le.episode_job(job)
     env = le._env("libero_object", 0)
-    new = le.neighbour(env, 0, 3)
-    assert new == "cream_cheese_1" and out["instruction"] == lp.retarget_instruction(env.task.language, new)
+    held = heldout.held_out_goal("libero_object", 0)
+    assert held == "cream_cheese_1" and le.neighbour(env, 0, 3) == held  # rank 3 of all neighbours ...
+    new = le.neighbour(env, 0, 3, skip=(held,))  # ... so a retarget's rank 3 is the next one
+    assert new != held and out["goal"] == new
+    assert out["instruction"] == lp.retarget_instruction(env.task.language, new)
+    assert out["instruction"] not in heldout.held_out_instructions("libero_object", 0)
     assert out["success"], out
     demo = le.demo_from(out)
-    assert demo["instruction"] == "pick the cream cheese and place it in the basket"
+    assert demo["instruction"] == f"pick the {lp.object_phrase(new)} and place it in the basket"
     objects = le.suite_objects("libero_object")
     reference = LiberoReference()
     reference.add(0, env.task.language, demo["obs"][0], objects)
-    diagnoser = LiberoDiagnoser(objects, {0: ("alphabet_soup_1", "basket_1")}, tuple(lib.PHASES))
+    diagnoser = LiberoDiagnoser(objects, {0: ("alphabet_soup_1", "basket_1")}, tuple(lib.PHASES), {0: held})
     d = diagnoser.diagnose(0, demo["obs"][0], demo["instruction"], 0, reference)
     assert (d["factor"], d["role"], d["object"], d["rank"]) == ("instruction", "retarget", new, 3)
     assert (
         env.task.goal.obj == "alphabet_soup_1"
     )  # the next job on this environment starts from the BDDL goal
     plain = le.episode_job(le.Episode("libero_object", lp.Variant(0, 0), "planner", "libero_object").job())
-    assert plain["instruction"] == env.instruction
+    assert plain["instruction"] == env.instruction and plain["goal"] == "alphabet_soup_1"
+
+
+@pytest.mark.slow
+def test_planner_certifies_a_placement_and_a_fifth_neighbour_swap():
+    """The new position operators reach the `_swap` region: the goal object placed at a free table position
+    (off every SFT position) and swapped with its 5th nearest neighbour (rank 4, LIBERO-Pro `_swap` 4's and
+    9's partner rank), both valid layouts the planner solves."""
+    from coda.libero import programs as lp
+    from coda.sim.libero import episodes as le
+
+    for variant, moved in (
+        (lp.Variant(4, 20, places={"object": [-0.02, 0.1]}), 0.1),
+        (lp.Variant(4, 20, swap=4), 0.1),
+    ):
+        out = le.episode_job(
+            le.Episode("libero_object", variant, "planner", "libero_object", record=True).job()
+        )
+        assert out["valid"] and out["success"], (variant, out)
+        env = le._env("libero_object", 4)
+        start = env.reset(20)["objects"][env.task.goal.obj][:2]
+        first = lib.LiberoRecord.from_dict(out["record"]).meta["shifts"][env.task.goal.obj]
+        assert np.linalg.norm(first) > moved, (variant, first, start)
 
 
 @pytest.mark.slow

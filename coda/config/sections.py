@@ -152,11 +152,13 @@ LIBERO_SUITES = ("libero_object", "libero_spatial")
 @dataclass(frozen=True)
 class LiberoConfig:
     """LIBERO-Pro (Table 2): what is LIBERO's own — source tasks, planner demonstrations, evaluation states,
-    episode length, and the budget of its rounds (rounds, environments and demonstrations per source task).
+    episode length, the budget of its rounds (rounds, environments and demonstrations per source task) and
+    the share of every imitation batch that rehearses the SFT demonstrations.
 
-    The rounds run the shared co-evolution loop with the profile's ``coevolve`` recipe (novel share, control
-    experiment, critic and policy updates, batch size, LoRA/full fine-tuning, j, τ, γ, β); SFT's batch size
-    and learning rate are the profile's ``sft`` ones.
+    The rounds run the shared co-evolution loop with the profile's ``coevolve`` recipe otherwise (novel share,
+    control experiment, critic and policy updates, batch size, LoRA/full fine-tuning, j, τ, γ, β); SFT's
+    batch size and learning rate are the profile's ``sft`` ones. Which initial states are demonstrated,
+    generated from and evaluated: `coda.sim.libero.heldout`.
     """
 
     suite: str = "libero_object"  # standard suite; its _swap (position) and _lan (instruction) versions too
@@ -165,11 +167,15 @@ class LiberoConfig:
     demo_repeats: int = 2  # demonstrations per state: one clean, the others with execution noise
     noise: float = 0.1  # std of the Gaussian noise on executed normalised actions of noisy demonstrations
     eval_states: int = 5  # the last n bundled initial states of each task, evaluated in every suite
+    curve_states: int = 5  # the first n of those, evaluated after every round (the last round: all of them)
     max_steps: int = 300  # control steps per episode (LIBERO's 20 Hz OSC controller)
     epochs: int = 60  # SFT passes over the chunk dataset
     rounds: int = 3  # co-evolution rounds (Table 2 compares before and after them)
     envs_per_task: int = 4  # environment slots per source task per round (coevolve's envs_per_family)
     demos_per_task: int = 4  # planner demonstrations per source task per round (coevolve's demos_per_family)
+    # share of every round's imitation batches drawn from the SFT demonstrations of the source tasks (all of
+    # them are rehearsed), the rest from the rounds' planner demonstrations (coevolve's rehearsal_share)
+    rehearsal_share: float = 0.5
     workers: int = 2  # simulator worker processes
 
     def __post_init__(self) -> None:
@@ -189,6 +195,7 @@ class LiberoConfig:
             ("demo_states", 1),
             ("demo_repeats", 1),
             ("eval_states", 1),
+            ("curve_states", 1),
             ("max_steps", 10),
             ("epochs", 1),
             ("rounds", 0),
@@ -203,10 +210,16 @@ class LiberoConfig:
                 f"demo_states + eval_states must leave initial states for the rounds (<= 45 of 50), "
                 f"got {self.demo_states} + {self.eval_states}",
             )
-        value = _check_float("noise", self.noise, above=None)
-        if not 0 <= value <= 1:
-            raise ConfigError("noise", f"expected a number in [0, 1], got {value}")
-        object.__setattr__(self, "noise", value)
+        if self.curve_states > self.eval_states:
+            raise ConfigError(
+                "curve_states",
+                f"expected at most eval_states ({self.eval_states}), got {self.curve_states}",
+            )
+        for key in ("noise", "rehearsal_share"):
+            value = _check_float(key, getattr(self, key), above=None)
+            if not 0 <= value <= 1:
+                raise ConfigError(key, f"expected a number in [0, 1], got {value}")
+            object.__setattr__(self, key, value)
 
 
 SCALING_MODES = ("uniform", "targeted")

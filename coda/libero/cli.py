@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from coda.errors import UserError
+from coda.libero import METHODS
 
 
 def add_libero_commands(sub) -> None:
@@ -18,13 +19,21 @@ def add_libero_commands(sub) -> None:
     )
     sft.add_argument("--out", required=True, metavar="DIR", help="directory for the policy and its metrics")
     run = lsub.add_parser(
-        "run", help="CoDA rounds from an SFT directory, then the final evaluation (resumes in DIR)"
+        "run",
+        help="co-evolution rounds (CoDA or uniform) from an SFT directory, evaluated after every round "
+        "(resumes in DIR)",
     )
     run.add_argument(
         "--sft", required=True, metavar="DIR", help="the `coda libero sft` directory to start from"
     )
     run.add_argument(
         "--out", required=True, metavar="DIR", help="run directory (checkpoints, metrics; resumed)"
+    )
+    run.add_argument(
+        "--method",
+        default="coda",
+        choices=METHODS,
+        help="coda (memory-guided generation) or uniform (novel programs only, the same budget)",
     )
     for p in (sft, run):  # --params/--profile come from coda's parser (accepted after any subcommand)
         p.add_argument("--seed", type=int, default=None, help="run seed (default base.seed)")
@@ -47,7 +56,7 @@ def run_libero_command(args, cfg) -> int:
                 raise UserError(
                     f"--sft {args.sft}: no LIBERO SFT policy there; run `coda libero sft --out {args.sft}`"
                 )
-            metrics = lr.run_rounds(cfg, Path(args.sft), Path(args.out), seed=seed)
+            metrics = lr.run_rounds(cfg, Path(args.sft), Path(args.out), seed=seed, method=args.method)
     except LiberoUnavailable as e:
         raise UserError(str(e)) from None
     if args.metrics_out:

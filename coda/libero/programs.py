@@ -1,11 +1,13 @@
 """The interpreter of LIBERO programs: a generation program drawn as a `Variant` of one source task.
 
-The programs' schema (``perturbs``: an object/target ``shift`` or a ``swap`` with the rank-th nearest movable
-object; an instruction ``paraphrase`` with one of ``TEMPLATES`` or a ``retarget`` to the rank-th nearest
-movable object, a new task in the same scene), validation and training programs are in
-`coda.memory.libero_programs`, re-exported here. `instantiate` draws a variant of a program on a source
-task's initial state; `random_program` makes a novel one (exploration); `compile_diagnosis` is the template
-compiler (it reads a diagnosis, never a variant). The LIBERO-Pro evaluation suites (``*_swap``, ``*_lan``) are never read to build a variant.
+The programs' schema (``perturbs``: an object/target ``shift``, a ``place`` at a table position or a
+``swap`` with the rank-th nearest movable object; an instruction ``paraphrase`` with one of ``TEMPLATES`` or a
+``retarget`` to the rank-th nearest movable object, a new task in the same scene), validation and training
+programs are in `coda.memory.libero_programs`, re-exported here. `instantiate` draws a variant of a program
+on a source task's initial state; `random_program` makes a novel one (exploration); `compile_diagnosis` is
+the template compiler (it reads a diagnosis, never a variant). The LIBERO-Pro evaluation suites are never
+read to build a variant; what they hold out (`coda.sim.libero.heldout`) is only avoided: `instantiate` never
+draws a held-out instruction, and the episode never retargets to a held-out goal.
 
 Example:
     >>> doc = validate_generation({"kind": "generation", "family": "libero_object", "task": 3,
@@ -20,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +34,11 @@ from coda.memory.libero_programs import (  # noqa: F401  (the schema: re-exporte
     MAX_RETARGET_RANK,
     PERTURBS,
     PHASES,
+    POSITION_OPS,
     ROLES,
     SHIFT_MAX,
     SOURCES,
+    TABLE,
     TEMPLATES,
     TRAINING_KEYS,
     VERSION,
@@ -69,6 +73,11 @@ def retarget_instruction(text: str, obj: str) -> str:
     return f"pick the {object_phrase(obj)} and place it {_REL[rel][0]} the {target}"
 
 
+def same_text(a: str, b: str) -> bool:
+    """Whether two instructions read the same (case and spacing aside)."""
+    return " ".join(a.lower().split()) == " ".join(b.lower().split())
+
+
 def paraphrase(text: str, template: int, relation: int = 0, drop_articles: bool = False) -> str:
     """`text` rewritten with ``TEMPLATES[template]`` and the ``relation``-th wording of in/on."""
     obj, rel, target = parse_instruction(text)
@@ -93,11 +102,14 @@ class Variant:
     # a new task in the same scene: the goal object's `retarget`-th nearest movable object (not the goal
     # target) becomes the goal, the instruction names it (`retarget_instruction`), success is checked on it
     retarget: int | None = None
+    # role ('object'|'target') -> [x, y]: the table position the object is placed at (`place` programs)
+    places: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def perturbed(self) -> bool:
         return (
             bool(self.shifts)
+            or bool(self.places)
             or self.instruction is not None
             or self.swap is not None
             or self.retarget is not None
@@ -118,6 +130,8 @@ class Variant:
         }
         if self.retarget is not None:  # only when set: the keys (hashes) of other variants are unchanged
             out["retarget"] = self.retarget
+        if self.places:
+            out["places"] = {k: list(v) for k, v in sorted(self.places.items())}
         return out
 
     @classmethod
@@ -131,6 +145,7 @@ class Variant:
             d["program_id"],
             None if swap is None else int(swap),
             None if retarget is None else int(retarget),
+            {k: [float(x) for x in v] for k, v in d.get("places", {}).items()},
         )
 
     def key(self) -> str:
@@ -138,9 +153,15 @@ class Variant:
 
 
 def instantiate(
-    program: Mapping[str, Any], rng: np.random.Generator, instruction: str, init_index: int = 0
+    program: Mapping[str, Any],
+    rng: np.random.Generator,
+    instruction: str,
+    init_index: int = 0,
+    avoid: Iterable[str] = (),
 ) -> Variant:
-    """Draw one variant of `program` (validated first) on the source task's initial state `init_index`."""
+    """Draw one variant of `program` (validated first) on the source task's initial state `init_index`; a
+    paraphrase is never one of the instructions in `avoid` (the held-out ones: `ValueError` when every
+    paraphrase of the program is)."""
     doc = validate_generation(program)
     if doc["perturbs"] == "position" and "swap" in doc:
         rank = int(rng.choice(doc["swap"]["ranks"]))
@@ -148,6 +169,10 @@ def instantiate(
     if "retarget" in doc:  # the new goal object and its instruction are settled by the episode
         rank = int(rng.choice(doc["retarget"]["ranks"]))
         return Variant(doc["task"], init_index, {}, None, doc["id"], retarget=rank)
+    if "place" in doc:
+        s = doc["place"]
+        xy = [round(float(rng.uniform(*s["x"])), 4), round(float(rng.uniform(*s["y"])), 4)]
+        return Variant(doc["task"], init_index, {}, None, doc["id"], places={s["role"]: xy})
     if doc["perturbs"] == "position":
         s = doc["shift"]
         offset = [round(float(rng.uniform(*s["dx"])), 4), round(float(rng.uniform(*s["dy"])), 4)]
@@ -155,16 +180,26 @@ def instantiate(
     p = doc["paraphrase"]
     template = int(rng.choice(p["templates"]))
     text = paraphrase(instruction, template, int(rng.integers(3)), p["drop_articles"])
+    avoid = list(avoid)
+    if any(same_text(text, a) for a in avoid):  # redraw among the program's other wordings
+        options = [
+            paraphrase(instruction, t, k, p["drop_articles"]) for t in p["templates"] for k in range(3)
+        ]
+        options = [o for o in options if not any(same_text(o, a) for a in avoid)]
+        if not options:
+            raise ValueError(f"program {doc['id']}: every paraphrase is a held-out instruction")
+        text = options[int(rng.integers(len(options)))]
     return Variant(doc["task"], init_index, {}, text, doc["id"])
 
 
 def random_program(rng: np.random.Generator, family: str, task: int) -> dict[str, Any]:
-    """A novel program (exploration): a random swap, a random shift region, a random pair of paraphrase
-    templates or a retarget to a random pair of neighbour ranks, each a quarter of the time."""
+    """A novel program (exploration), each kind a fifth of the time: a random swap, a random shift region, a
+    random table region for the goal object (`place`), a retarget to a random pair of neighbour ranks or a
+    random pair of paraphrase templates."""
     u = rng.random()
-    if u < 1 / 4:
+    if u < 1 / 5:
         doc = {"perturbs": "position", "swap": {"ranks": [int(rng.integers(MAX_RANK + 1))]}}
-    elif u < 1 / 2:
+    elif u < 2 / 5:
         role = str(rng.choice(ROLES))
         cx, cy = rng.uniform(-SHIFT_MAX * 0.8, SHIFT_MAX * 0.8, size=2)
         w = 0.02
@@ -172,7 +207,15 @@ def random_program(rng: np.random.Generator, family: str, task: int) -> dict[str
             "perturbs": "position",
             "shift": {"role": role, "dx": [cx - w, cx + w], "dy": [cy - w, cy + w]},
         }
-    elif u < 3 / 4:
+    elif u < 3 / 5:  # the goal object only: the basket placed at random mostly lands on other objects
+        (x0, x1), (y0, y1) = TABLE
+        cx, cy = rng.uniform(x0, x1), rng.uniform(y0, y1)
+        w = 0.015
+        doc = {
+            "perturbs": "position",
+            "place": {"role": "object", "x": [cx - w, cx + w], "y": [cy - w, cy + w]},
+        }
+    elif u < 4 / 5:
         ranks = sorted(int(k) for k in rng.choice(MAX_RETARGET_RANK + 1, size=2, replace=False))
         doc = {"perturbs": "instruction", "retarget": {"ranks": ranks}}
     else:
@@ -191,10 +234,10 @@ def compile_diagnosis(
 ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
     """The template compiler: from a rollout-grounded diagnosis (`coda.sim.libero.diagnose`), a generation
     program that recreates the observed difficulty — a narrow region around the observed offset of the goal
-    object or the target, the swap with the observed neighbour's rank, the retarget to the rank of the object
+    object or the target (a ``shift``; a ``place`` around its observed table position when the offset is
+    beyond ``SHIFT_MAX``), the swap with the observed neighbour's rank, the retarget to the rank of the object
     the instruction named, or the paraphrase templates the given instruction matches — (None when the
-    diagnosis names none of these) and a training program weighting the
-    failed phase. Raises `ProgramError` (naming the field) when the recreated program is malformed."""
+    diagnosis names none of these) and a training program weighting the failed phase. Raises `ProgramError` (naming the field) when the recreated program is malformed."""
     header = {"family": diagnosis["family"], "task": task, "source": "template"}
     if diagnosis.get("mode_id"):
         header["mode"] = diagnosis["mode_id"]
@@ -211,10 +254,17 @@ def compile_diagnosis(
     elif diagnosis.get("role") in ROLES:
         dx, dy = diagnosis["offset"]
         w = 0.015
-        gen = {
-            "perturbs": "position",
-            "shift": {"role": diagnosis["role"], "dx": [dx - w, dx + w], "dy": [dy - w, dy + w]},
-        }
+        if max(abs(dx), abs(dy)) > SHIFT_MAX and "position" in diagnosis:
+            x, y = diagnosis["position"]
+            gen = {
+                "perturbs": "position",
+                "place": {"role": diagnosis["role"], "x": [x - w, x + w], "y": [y - w, y + w]},
+            }
+        else:
+            gen = {
+                "perturbs": "position",
+                "shift": {"role": diagnosis["role"], "dx": [dx - w, dx + w], "dy": [dy - w, dy + w]},
+            }
     weights = [1.0] * len(PHASES)
     if diagnosis["phase"] in PHASES:
         weights[PHASES.index(diagnosis["phase"])] = 3.0

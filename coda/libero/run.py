@@ -7,14 +7,17 @@ co-evolution loop (`coda.coevolve.loop.Loop` over `coda.sim.libero.domain.Libero
   chunk is 0.4 s), the PyBullet families at 10 Hz; nothing else depends on the rate.
 * **Rounds**: the PyBullet loop's method ``coda`` on the source tasks — memory-guided generation, the
   rollout-grounded diagnoser, the paired control experiment, training programs, critic TD and AWR +
-  imitation — with the profile's ``coevolve`` learning recipe and ``libero``'s own budget (rounds,
-  environments and demonstrations per source task).
+  imitation — or ``uniform`` (novel programs only, no memory; the same budget), with the profile's
+  ``coevolve`` learning recipe and ``libero``'s own budget (rounds, environments and demonstrations per
+  source task) and rehearsal of the SFT demonstrations (``libero.rehearsal_share`` of every imitation batch).
 * **Evaluation**: the standard, position (``_swap``), new-task (``_task``) and paraphrase (``_lan``) suites
-  before (SFT) and after the rounds, with the critic's decision rule and with the policy alone.
+  before (SFT, all evaluation states), after every round (the curve's states) and after the last round (all
+  evaluation states), with the critic's decision rule, and after the last round with the policy alone too.
 
 Layout of a run directory: ``sft/`` (policy, demos.npz, metrics.json with the planner's per-task success and
 the evaluation); a rounds directory is a co-evolution run directory (`coda.coevolve.state`) whose
-``metrics.json`` is Table 2's row (before, after, after_policy_only).
+``rounds.json`` has every round's evaluation (``libero``) and ``coverage`` of the held-out suites' regions
+(`coda.sim.libero.coverage`), and whose ``metrics.json`` is Table 2's row (before, after, after_policy_only).
 """
 
 from __future__ import annotations
@@ -30,17 +33,19 @@ import torch
 
 from coda import numerics
 from coda.learn.train import chunk_dataset, pack_demos, write_json
+from coda.libero import METHODS
 from coda.libero import programs as lp
+from coda.sim.libero import heldout
 from coda.sim.libero.episodes import (
     Episode,
     SuiteObservation,
     demo_from,
-    eval_states,
     evaluate,
     make_pool,
     run_episodes,
     suite_objects,
 )
+from coda.sim.libero.tables import curve
 
 
 # -- SFT ---------------------------------------------------------------------------------------------------
@@ -66,7 +71,7 @@ def run_sft(cfg, out: str | Path, *, seed: int = 0) -> dict[str, Any]:
             record=True,
         )
         for t in c.tasks
-        for i in range(c.demo_states)
+        for i in heldout.demo_states(c)
         for r in range(c.demo_repeats)
     ]
     t0 = time.perf_counter()
@@ -112,7 +117,7 @@ def run_sft(cfg, out: str | Path, *, seed: int = 0) -> dict[str, Any]:
         "collect_s": round(collect_s, 1),
         "train_s": round(result.train_s, 1),
         "eval": evaluation,
-        "eval_states": eval_states(cfg),
+        "eval_states": list(heldout.eval_states(c)),
     }
     write_json(out / "metrics.json", metrics)
     return metrics
@@ -120,42 +125,53 @@ def run_sft(cfg, out: str | Path, *, seed: int = 0) -> dict[str, Any]:
 
 # -- co-evolution rounds -----------------------------------------------------------------------------------
 def rounds_config(cfg):
-    """The loop's configuration on LIBERO: the profile's `coevolve` recipe with `libero`'s budget, evaluated
-    after the last round only (Table 2 reports before → after)."""
+    """The loop's configuration on LIBERO: the profile's `coevolve` recipe with `libero`'s budget and
+    rehearsal (every SFT demonstration, `libero.rehearsal_share` of each imitation batch), evaluated after
+    every round (the curve's states; the last round: all evaluation states)."""
     c = cfg.libero
     return dataclasses.replace(
         cfg.coevolve,
         rounds=c.rounds,
         envs_per_family=c.envs_per_task,
         demos_per_family=c.demos_per_task,
-        eval_every=max(c.rounds, 1),
+        rehearsal_per_family=c.demo_states * c.demo_repeats,
+        rehearsal_share=c.rehearsal_share,
+        eval_every=1,
+        final_eval="full",
         curve_seeds=(),
         transfer=False,
     )
 
 
-def run_rounds(cfg, sft_dir: str | Path, out: str | Path, *, seed: int = 0) -> dict[str, Any]:
-    """CoDA rounds on LIBERO from an SFT directory, resuming in `out`; writes and returns Table 2's row."""
+def run_rounds(
+    cfg, sft_dir: str | Path, out: str | Path, *, seed: int = 0, method: str = "coda"
+) -> dict[str, Any]:
+    """Rounds of `method` (`METHODS`) on LIBERO from an SFT directory, resuming in `out`; writes and returns
+    Table 2's row."""
     from coda.coevolve.loop import Loop
-    from coda.coevolve.methods import METHODS
+    from coda.coevolve.methods import METHODS as LOOP_METHODS
     from coda.learn.train import TRAIN_THREADS
     from coda.sim.libero import require
     from coda.sim.libero.domain import LiberoDomain
 
+    if method not in METHODS:
+        raise ValueError(f"unknown LIBERO method {method!r}; expected one of {', '.join(METHODS)}")
     require()
     numerics.pin_torch(TRAIN_THREADS)
     sft_dir, out = Path(sft_dir), Path(out)
     c = rounds_config(cfg)
     with make_pool(cfg) as pool:
         domain = LiberoDomain(cfg, sft_dir, seed, pool)
-        loop = Loop(c, METHODS["coda"], seed, domain, sft_dir, out, profile=cfg.profile)
+        loop = Loop(c, LOOP_METHODS[method], seed, domain, sft_dir, out, profile=cfg.profile)
         final = loop.run()
     sft = json.loads((sft_dir / "metrics.json").read_text())
     memory = loop.state.memory
     metrics = {
         "profile": cfg.profile,
+        "method": method,
         "suite": cfg.libero.suite,
         "rounds": c.rounds,
+        "rehearsal_share": c.rehearsal_share,
         "before": sft["eval"],
         "after": final.get("libero") or sft["eval"],
         "after_policy_only": final.get("libero_policy_only") or sft["eval"],
@@ -164,6 +180,13 @@ def run_rounds(cfg, sft_dir: str | Path, out: str | Path, *, seed: int = 0) -> d
         "modes_validated": len(memory.modes("validated")),
         "modes_rejected": len(memory.modes("rejected")),
         "planner_success": sft["planner_success"],
+        # per round: success on the curve's episodes (round 0: SFT) and the held-out suites' regions reached
+        "curve": curve(sft["eval"], loop.state.history),
+        "coverage": [
+            {"round": h["round"], **{k: v for k, v in h["coverage"].items() if k != "by_split"}}
+            for h in loop.state.history
+            if h.get("coverage")
+        ],
     }
     write_json(out / "metrics.json", metrics)
     return metrics

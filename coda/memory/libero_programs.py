@@ -5,14 +5,18 @@ A LIBERO generation program recreates a difficulty of one source task by perturb
 perturbs, within our own generator space:
 
 * ``"perturbs": "position"`` either translates the goal object or the goal target by an (x, y) offset
-  drawn from ``"dx"``/``"dy"`` intervals (``"shift"``; metres, clamped to ±``SHIFT_MAX``), or makes the goal
-  object exchange places with another movable object of the scene, the ``rank``-th nearest one
-  (``"swap": {"ranks": [...]}``, ranks 0..``MAX_RANK``);
+  drawn from ``"dx"``/``"dy"`` intervals (``"shift"``; metres, clamped to ±``SHIFT_MAX``), or places it at
+  an absolute table position drawn from ``"x"``/``"y"`` intervals (``"place"``; metres in the table frame,
+  clamped to ``TABLE``: positions the SFT demonstrations never use, farther than a shift reaches), or makes
+  the goal object exchange places with another movable object of the scene, the ``rank``-th nearest one
+  (``"swap": {"ranks": [...]}``, ranks 0..``MAX_RANK``: every other movable object of a ``libero_object``
+  scene, so the goal can stand at any other object's place);
 * ``"perturbs": "instruction"`` either rewrites the instruction with one of our paraphrase templates
   (``"paraphrase"``: ``TEMPLATES``, written offline for this project; an optional article drop), keeping the
   object and target phrases of the original instruction, or retargets it (``"retarget": {"ranks": [...]}``,
   ranks 0..``MAX_RETARGET_RANK``): a new task in the same scene, whose goal object and instruction name
-  the goal's ``rank``-th nearest movable object instead (the ordering of ``swap``; LIBERO-Pro ``_task``).
+  the goal's ``rank``-th nearest movable object instead (the ordering of ``swap``, less the object that
+  LIBERO-Pro ``_task`` holds out as that task's new goal: `coda.sim.libero.heldout`).
 
 A training program holds the per-phase weights of the shaping potential (subgoals) and the
 planner-demonstration tool. Errors are `ProgramError`s naming the field.
@@ -38,6 +42,7 @@ __all__ = [
     "GENERATION_KEYS",
     "MAX_RETARGET_RANK",
     "PHASES",
+    "TABLE",
     "TEMPLATES",
     "TRAINING_KEYS",
     "is_libero",
@@ -48,6 +53,10 @@ __all__ = [
 
 VERSION = 1
 SHIFT_MAX = 0.10  # metres: the largest offset a position program may apply on x or y
+# metres, table frame: where a `place` program may put an object, (x low, x high), (y low, y high). The
+# libero_object scenes' objects stand in x -0.21..0.15, y -0.25..0.27 (basket included); the box adds a
+# margin the planner still reaches, inside the reset check's workspace (x -0.45..0.35, y -0.45..0.45)
+TABLE = ((-0.30, 0.25), (-0.30, 0.30))
 ROLES = ("object", "target")
 PERTURBS = ("position", "instruction")
 SOURCES = ("template", "random", "manual")
@@ -66,10 +75,13 @@ TEMPLATES = (
     "transfer the {obj} {rel} the {target}",
 )
 _HEADER_KEYS = ("kind", "version", "id", "family", "mode", "source", "task")
-GENERATION_KEYS = _HEADER_KEYS + ("perturbs", "shift", "swap", "paraphrase", "retarget")
-MAX_RANK = 3
+GENERATION_KEYS = _HEADER_KEYS + ("perturbs", "shift", "place", "swap", "paraphrase", "retarget")
+POSITION_OPS = ("shift", "place", "swap")  # a position program has exactly one of these
 # every other movable object of a libero_object scene (5 besides the goal and the basket): LIBERO-Pro's
-# `_task` goals are ranks 0..4 of the source goal's neighbours
+# `_swap` partners are ranks 0..4 of the goal's neighbours (tasks 4 and 9: rank 4)
+MAX_RANK = 4
+# the same neighbours; a retarget never names the task's held-out `_task` goal, so ranks 0..3 name the four
+# others and rank 4 wraps to rank 0 (kept so that programs written before the exclusion stay valid)
 MAX_RETARGET_RANK = 4
 TRAINING_KEYS = _HEADER_KEYS + ("phase_weights", "planner_demos")
 
@@ -100,14 +112,15 @@ def _int(path: str, value: Any, lo: int, hi: int) -> int:
     return value
 
 
-def _interval(path: str, value: Any) -> list[float]:
+def _interval(path: str, value: Any, bounds: tuple[float, float] = (-SHIFT_MAX, SHIFT_MAX)) -> list[float]:
+    """The canonical ``[low, high]`` of an interval, clamped to `bounds`."""
     if (
         not isinstance(value, list | tuple)
         or len(value) != 2
         or not all(isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) for v in value)
     ):
         raise ProgramError(path, f"expected [low, high] numbers, got {value!r}")
-    lo, hi = (float(np.clip(v, -SHIFT_MAX, SHIFT_MAX)) for v in value)
+    lo, hi = (float(np.clip(v, *bounds)) for v in value)
     if lo > hi:
         raise ProgramError(path, f"low {lo} > high {hi}")
     return [round(lo, 4), round(hi, 4)]
@@ -119,6 +132,19 @@ def _ranks(path: str, value: Any, hi: int) -> dict[str, list[int]]:
     if not isinstance(ranks, list) or not ranks:
         raise ProgramError(f"{path}.ranks", f"expected a non-empty list of ranks, got {ranks!r}")
     return {"ranks": sorted({_int(f"{path}.ranks[{i}]", k, 0, hi) for i, k in enumerate(ranks)})}
+
+
+def _region(
+    path: str, value: Any, axes: tuple[str, str], bounds: tuple[tuple[float, float], ...]
+) -> dict[str, Any]:
+    """The canonical ``{"role", axes[0], axes[1]}`` of a shift (offsets) or a place (table positions)."""
+    d = _keys(path, value, ("role", *axes), ("role", *axes))
+    if d["role"] not in ROLES:
+        raise ProgramError(f"{path}.role", f"expected one of {', '.join(ROLES)}, got {d['role']!r}")
+    return {
+        "role": d["role"],
+        **{a: _interval(f"{path}.{a}", d[a], b) for a, b in zip(axes, bounds, strict=True)},
+    }
 
 
 def _header(doc: Any, kind: str, allowed: tuple[str, ...], required: tuple[str, ...]) -> dict[str, Any]:
@@ -165,21 +191,21 @@ def validate_generation(doc: Any) -> dict[str, Any]:
         for key in ("paraphrase", "retarget"):
             if key in doc:
                 raise ProgramError(key, f"a position program has no {key}")
-        if ("shift" in doc) == ("swap" in doc):
-            raise ProgramError("shift", "a position program has exactly one of shift and swap")
+        given = [k for k in POSITION_OPS if k in doc]
+        if len(given) != 1:
+            raise ProgramError(
+                given[1] if len(given) > 1 else "shift",
+                "a position program has exactly one of " + ", ".join(POSITION_OPS),
+            )
         if "swap" in doc:
             out["swap"] = _ranks("swap", doc["swap"], MAX_RANK)
             return _with_id(out, doc.get("id"))
-        shift = _keys("shift", doc.get("shift"), ("role", "dx", "dy"), ("role", "dx", "dy"))
-        if shift["role"] not in ROLES:
-            raise ProgramError("shift.role", f"expected one of {', '.join(ROLES)}, got {shift['role']!r}")
-        out["shift"] = {
-            "role": shift["role"],
-            "dx": _interval("shift.dx", shift["dx"]),
-            "dy": _interval("shift.dy", shift["dy"]),
-        }
+        if "place" in doc:
+            out["place"] = _region("place", doc["place"], ("x", "y"), TABLE)
+            return _with_id(out, doc.get("id"))
+        out["shift"] = _region("shift", doc["shift"], ("dx", "dy"), ((-SHIFT_MAX, SHIFT_MAX),) * 2)
     else:
-        for key in ("shift", "swap"):
+        for key in POSITION_OPS:
             if key in doc:
                 raise ProgramError(key, f"an instruction program has no {key}")
         if ("paraphrase" in doc) == ("retarget" in doc):

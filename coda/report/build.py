@@ -78,7 +78,7 @@ def _libero(name: str):
     return builder
 
 
-SECTIONS["10"] = ["table2_libero_pro", "libero_planner"]
+SECTIONS["10"] = ["table2_libero_pro", "table2_libero_curve", "libero_coverage", "libero_planner"]
 BUILDERS.update({name: _libero(name) for name in SECTIONS["10"]})
 BUILDERS["summary"] = summary
 RECORDS = "records/regime_a"  # regime A's records (`coda record`: results without checkpoints, in git)

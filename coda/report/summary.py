@@ -176,6 +176,8 @@ INDEX = [  # (file stem, what it is, paper section / notebook)
     ("figure6_gallery", "Figure 6: rendered seed scenes and validated variations", "App. C · 01"),
     ("sft_baseline", "SFT baseline (starting point of every method)", "02"),
     ("table2_libero_pro", "Table 2: LIBERO-Pro (its own issue and notebook 10)", "§4 · 10"),
+    ("table2_libero_curve", "Table 2 over rounds: LIBERO-Pro success per suite, CoDA and uniform", "§4 · 10"),
+    ("libero_coverage", "Generated LIBERO variants per held-out suite region, per round", "10"),
 ]
 
 

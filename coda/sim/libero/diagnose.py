@@ -7,12 +7,13 @@ task. It never reads the variant's perturbation (its shifts, swap, paraphrase, r
 the control experiment must confirm.
 
 * the given instruction is not one the task was trained with → factor ``instruction``: role ``retarget``
-  (with the named object and its rank among the goal's nearest movable objects at reset) when its object
-  phrase names another object of the scene (a new task, LIBERO-Pro ``_task``), otherwise a paraphrase;
+  (with the named object and its rank among the goal's nearest movable objects at reset, less the task's
+  held-out ``_task`` goal) when its object phrase names another object of the scene (a new task,
+  LIBERO-Pro ``_task``), otherwise a paraphrase;
 * the goal object sits where training put another object, and that object where the goal was → factor
   ``position``, role ``swap`` (with the neighbour's rank);
 * otherwise the goal object or the target moved beyond ``threshold`` from every training position →
-  factor ``position``, role ``object`` or ``target``, with the observed offset;
+  factor ``position``, role ``object`` or ``target``, with the observed offset and table position;
 * nothing observable differs from training → no diagnosis (a failure the generator cannot recreate).
 
 The failed phase is the first subgoal phase (`coda.sim.libero.PHASES`) the rollout did not reach.
@@ -21,7 +22,7 @@ The failed phase is the first subgoal phase (`coda.sim.libero.PHASES`) the rollo
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +41,17 @@ def initial_positions(obs0: np.ndarray, objects: tuple[str, ...]) -> dict[str, n
         if obs0[k] > 0.5:
             out[name] = (obs0[k + 1 : k + 4] + ee)[:2]
     return out
+
+
+def nearest_others(positions: Mapping[str, Any], goal: str, skip: Iterable[str] = ()) -> list[str]:
+    """The objects of `positions` other than `goal` and `skip`, nearest to `goal` (x/y) first: the ordering of
+    swap and retarget ranks, in the episode (`coda.sim.libero.episodes`) and in the diagnosis alike."""
+    skip = {goal, *skip}
+    home = np.asarray(positions[goal], dtype=float)[:2]
+    return sorted(
+        (n for n in positions if n not in skip),
+        key=lambda n: float(np.linalg.norm(np.asarray(positions[n], dtype=float)[:2] - home)),
+    )
 
 
 def object_phrase(name: str) -> str:
@@ -103,6 +115,8 @@ class LiberoDiagnoser:
     objects: tuple[str, ...]  # the observation's object slots (`SuiteObservation.objects`)
     roles: dict[int, tuple[str, str]]  # task -> (goal object, target body)
     phases: tuple[str, ...]
+    # task -> LIBERO-Pro `_task`'s goal object for it, which retarget ranks skip (`coda.sim.libero.heldout`)
+    held_out: dict[int, str] = field(default_factory=dict)
     # metres beyond every training position that count as moved: 2.3x the largest natural offset of a
     # round state's object from the SFT states' (1.3 cm over 2,450 positions of the 10 libero_object tasks,
     # `benchmarks/libero_init_spread.py`, 2026-12-01)
@@ -118,7 +132,7 @@ class LiberoDiagnoser:
         goal, target = self.roles[task]
         now = initial_positions(obs0, self.objects)
         if instruction not in reference.instructions.get(task, []):
-            retarget = self._retarget(instruction, goal, target, now)
+            retarget = self._retarget(instruction, goal, target, now, self.held_out.get(task))
             if retarget is not None:
                 other, rank = retarget
                 return {
@@ -158,24 +172,22 @@ class LiberoDiagnoser:
                     "factor": "position",
                     "role": role,
                     "offset": [dx, dy],
+                    "position": [round(float(v), 4) for v in now[name]],
                     "cause": f"fails to complete '{phase}' when the {role} is ({dx:+.2f}, {dy:+.2f}) m from "
                     "where training put it",
                 }
         return None
 
     @staticmethod
-    def _retarget(instruction, goal, target, now) -> tuple[str, int] | None:
+    def _retarget(instruction, goal, target, now, held_out=None) -> tuple[str, int] | None:
         """(the other object of the scene the instruction names as its object, that object's rank among the
-        goal's nearest movable objects at reset, `coda.sim.libero.episodes.neighbour`'s ordering) — None when
-        the instruction names the goal object first, or no object of the scene."""
+        goal's nearest movable objects at reset less the held-out `_task` goal,
+        `coda.sim.libero.episodes.neighbour`'s ordering) — None when the instruction names the goal object
+        first, no object of the scene, or the held-out goal (no retarget program recreates that)."""
         named = named_object(instruction, [n for n in now if n != target])
-        if named is None or named == goal or goal not in now:
+        if named is None or named in (goal, held_out) or goal not in now:
             return None
-        others = sorted(
-            (n for n in now if n not in (goal, target)),
-            key=lambda n: float(np.linalg.norm(now[n] - now[goal])),
-        )
-        return named, others.index(named)
+        return named, nearest_others(now, goal, (target, held_out)).index(named)
 
     def _swap(self, task, goal, target, now, moved, reference) -> tuple[str, int] | None:
         """(the object the goal traded places with, its rank among the goal's nearest movable objects in

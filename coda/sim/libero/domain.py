@@ -2,18 +2,25 @@
 control experiment and the same learning as on PyBullet, with LIBERO episodes underneath.
 
 * **Families** are the source tasks (``libero_object_task3``): a task's bundled initial states between the
-  SFT demonstration states and the evaluation states are its base environments.
+  SFT demonstration states and the evaluation states are its base environments (`heldout.round_states`).
 * **Environments** are `coda.libero.programs.Variant`s (JSON): a base state, or a generation program
-  (a position shift of the goal object or the target, a swap with a neighbour, an instruction paraphrase,
-  or a retarget: a neighbour becomes the goal object and the instruction names it) instantiated on one.
-  Novel environments come from random programs. The scripted planner certifies each one (and its episode,
-  with the instruction the episode was given, is the planner demonstration: a retargeted one teaches
-  instruction -> object); a shift that leaves an object off the table or inside another is rejected.
+  (a position shift of the goal object or the target, a placement at a table position, a swap with a
+  neighbour, an instruction paraphrase, or a retarget: a neighbour becomes the goal object and the
+  instruction names it) instantiated on one. Novel environments come from random programs. The scripted
+  planner certifies each one (and its episode, with the instruction the episode was given, is the planner
+  demonstration: a retargeted one teaches instruction -> object); a shift that leaves an object off the
+  table or inside another is rejected, and so is an episode that would pose a held-out combination
+  (`heldout.is_held_out`: never the case by construction, checked all the same).
+* **Rehearsal**: every round's imitation batches draw ``libero.rehearsal_share`` of their chunks from the SFT
+  demonstrations (`rehearsal`; the loop's `coevolve.train`).
+* **Coverage**: each round records how many of its accepted environments land in the region of each
+  held-out suite (`coda.sim.libero.coverage`, from the certifying episodes), as the round's ``coverage``.
 * **Diagnosis** is rollout-grounded (`coda.sim.libero.diagnose`); the compiler turns a diagnosis into a
   narrow generation program around the observed difficulty and a training program weighting the failed
   phase; the potential is the weighted share of subgoal phases reached (`PhasePotential`).
 * **Evaluation** (Table 2): the standard, position (``_swap``), paraphrase (``_lan``) and new-task
-  (``_task``) suites on the evaluation states, with the critic's decision rule and with the policy alone.
+  (``_task``) suites, after every round on the curve's evaluation states (`heldout.curve_states`) with the
+  critic's decision rule, and after the last round on all evaluation states, also with the policy alone.
 """
 
 from __future__ import annotations
@@ -27,9 +34,9 @@ import numpy as np
 
 from coda.engine.compile import CompileResult
 from coda.libero import programs as lp
+from coda.sim.libero import coverage, heldout
 from coda.sim.libero.diagnose import LiberoDiagnoser, LiberoReference
 from coda.sim.libero.episodes import (
-    N_INIT,
     OOD_KINDS,
     Episode,
     demo_from,
@@ -108,24 +115,34 @@ class LiberoDomain:
     def __init__(self, cfg, sft_dir: Path, seed: int, pool) -> None:
         from coda.learn.train import unpack_demos
         from coda.sim.libero import PHASES, get_task
+        from coda.sim.libero.env import instruction_of
 
         self.cfg, self.c, self.seed, self.pool = cfg, cfg.libero, seed, pool
         c = self.c
         self.families = tuple(task_family(c.suite, t) for t in c.tasks)
         self.instructions = {t: get_task(c.suite, t).language for t in c.tasks}
         self.objects = suite_objects(c.suite)
-        self.states = list(range(c.demo_states, N_INIT - c.eval_states))
-        self.diagnoser = LiberoDiagnoser(self.objects, self._roles(), tuple(PHASES))
+        self.states = list(heldout.round_states(c))
+        goals = {t: heldout.held_out_goal(c.suite, t) for t in c.tasks}
+        self.held_out_goals = {t: g for t, g in goals.items() if g is not None}
+        self.held_out_texts = {t: heldout.held_out_instructions(c.suite, t) for t in c.tasks}
+        self.diagnoser = LiberoDiagnoser(self.objects, self._roles(), tuple(PHASES), self.held_out_goals)
         self.phases = tuple(PHASES)
         with np.load(Path(sft_dir) / "demos.npz", allow_pickle=False) as z:
             self.sft_demos = unpack_demos(z)
-        task_of = {text: t for t, text in self.instructions.items()}
+        # the SFT demonstrations carry the instruction their episodes were given (the BDDL's), not the
+        # file-name one of `self.instructions`
+        task_of = {instruction_of(c.suite, t): t for t in c.tasks}
         self.reference = LiberoReference()
         for d in self.sft_demos:
             if d["instruction"] in task_of:
                 self.reference.add(task_of[d["instruction"]], d["instruction"], d["obs"][0], self.objects)
+        unseen = [t for t in c.tasks if t not in self.reference.instructions]
+        if unseen:  # the diagnoser and the coverage would read every episode of them as shifted
+            raise ValueError(f"{sft_dir}: no SFT demonstration of source task(s) {unseen} to compare with")
         self.worker_cpu_s = 0.0
         self._failures: list[str] = []
+        self._coverage: dict[str, Any] | None = None  # the last build's (one per round), until evaluated
 
     def _roles(self) -> dict[int, tuple[str, str]]:
         """Task -> (goal object, target body), from the task's goal (the basket for its contain region)."""
@@ -149,13 +166,14 @@ class LiberoDomain:
     def _variant(self, q) -> lp.Variant:
         t = family_task(q.family)
         rng = np.random.default_rng(np.random.SeedSequence(q.seed))
+        avoid = self.held_out_texts[t]
         if q.split == "novel":
             init = int(rng.choice(self.states))
             program = lp.random_program(rng, q.family, t)
-            return lp.instantiate(program, rng, self.instructions[t], init)
+            return lp.instantiate(program, rng, self.instructions[t], init, avoid)
         base = lp.Variant.from_dict(json.loads(q.base))
         if q.program is not None:
-            return lp.instantiate(q.program, rng, self.instructions[t], base.init_index)
+            return lp.instantiate(q.program, rng, self.instructions[t], base.init_index, avoid)
         return base
 
     def _episode(self, variant: lp.Variant, actor: str, critic: str | None, seed: int, **kw) -> Episode:
@@ -180,7 +198,9 @@ class LiberoDomain:
         return results
 
     def build(self, requests, *, desc: str) -> list[dict[str, Any] | None]:
-        """Each request's variant, certified by a planner episode (its demonstration when it succeeds)."""
+        """Each request's variant, certified by a planner episode (its demonstration when it succeeds); an
+        environment whose episode would pose a held-out combination is rejected. Tallies the round's
+        coverage of the held-out suites' regions (`coverage`)."""
         variants = []
         for q in requests:
             try:
@@ -193,7 +213,7 @@ class LiberoDomain:
             if isinstance(v, lp.Variant)
         ]
         results = iter(self._run(eps, desc))
-        out = []
+        out, landed = [], []
         for q, v in zip(requests, variants):
             if not isinstance(v, lp.Variant):
                 out.append(_rejected(q, [{"op": "generate", "error": str(v)}]))
@@ -209,6 +229,11 @@ class LiberoDomain:
             if not res.get("valid", True):
                 out.append(_rejected(q, trace))
                 continue
+            why = self.held_out(v, res)
+            if why is not None:
+                out.append(_rejected(q, [*trace, {"op": "held_out", "error": why}]))
+                continue
+            landed.append((q.split, self.regions(v.task, res)))
             demo = demo_from(res)
             if demo is not None:
                 demo["family"] = q.family
@@ -225,7 +250,32 @@ class LiberoDomain:
                     "demo": demo,
                 }
             )
+        self._coverage = coverage.tally(landed)
         return out
+
+    def held_out(self, v: lp.Variant, res: dict[str, Any]) -> str | None:
+        """Why a certifying episode poses a held-out combination (`heldout.is_held_out`), or None."""
+        return heldout.is_held_out(
+            res.get("goal", ""),
+            res.get("instruction", ""),
+            v.init_index,
+            held_goal=self.held_out_goals.get(v.task),
+            held_texts=self.held_out_texts[v.task],
+            states=heldout.round_states(self.c),
+        )
+
+    def regions(self, task: int, res: dict[str, Any]) -> tuple[str, ...]:
+        """The held-out suites' regions a certifying episode lands in (`coverage.regions`)."""
+        return coverage.regions(
+            task,
+            np.asarray(res["record"]["obs"][0], dtype=float),
+            res["instruction"],
+            res["goal"],
+            source_goal=self.diagnoser.roles[task][0],
+            reference=self.reference,
+            objects=self.objects,
+            threshold=self.diagnoser.threshold,
+        )
 
     def rehearsal(self, per_family: int) -> list[dict[str, Any]]:
         """The SFT planner demonstrations (up to `per_family` per source task)."""
@@ -255,22 +305,42 @@ class LiberoDomain:
         return out
 
     def evaluate(self, actor: dict[str, str], *, final: bool) -> dict[str, Any]:
-        """Table 2's suites on the evaluation states, critic-guided and (final) with the policy alone."""
+        """Table 2's suites, critic-guided: after every round on the curve's evaluation states, after the last
+        on all of them and with the policy alone too. With the round's ``coverage`` (the evaluation keys are
+        the round's measurements that the loop records)."""
         policy, critic = Path(actor["policy"]), Path(actor["critic"]) if actor.get("critic") else None
-        table = evaluate(self.pool, self.cfg, policy, critic, self.seed, "LIBERO evaluation")
+        states = heldout.eval_states(self.c) if final else heldout.curve_states(self.c)
+        table = evaluate(self.pool, self.cfg, policy, critic, self.seed, "LIBERO evaluation", states)
         alone = (
-            evaluate(self.pool, self.cfg, policy, None, self.seed, "LIBERO policy alone") if final else None
+            evaluate(self.pool, self.cfg, policy, None, self.seed, "LIBERO policy alone", states)
+            if final
+            else None
         )
         ood = [table[k]["mean"] for k in OOD_KINDS if k in table]
         return {
             "id_success": table["standard"]["mean"],
             "ood_success": round(float(np.mean(ood)), 4) if ood else None,
+            "n_id": table["standard"]["n"],
+            "n_ood": sum(table[k]["n"] for k in OOD_KINDS if k in table),
             "libero": table,
             "libero_policy_only": alone,
+            "coverage": self._take_coverage(),
         }
 
     def no_evaluation(self) -> dict[str, Any]:
-        return {"id_success": None, "ood_success": None, "libero": None, "libero_policy_only": None}
+        return {
+            "id_success": None,
+            "ood_success": None,
+            "n_id": 0,
+            "n_ood": 0,
+            "libero": None,
+            "libero_policy_only": None,
+            "coverage": self._take_coverage(),
+        }
+
+    def _take_coverage(self) -> dict[str, Any] | None:
+        out, self._coverage = self._coverage, None
+        return out
 
     def failures(self) -> dict[str, Any]:
         from collections import Counter
@@ -303,23 +373,23 @@ class LiberoDomain:
         return CompileResult(generation, training, 0, 0)
 
     def exhibits(self, program: dict[str, Any], scene: str) -> bool:
-        """Whether a variant shows the program's difficulty: its shift within the program's region (10%
-        margin), its swap or its retarget among the ranks, or its instruction from one of the templates."""
+        """Whether a variant shows the program's difficulty: its shift (offset) or its placement (table
+        position) within the program's region (10% margin), its swap or its retarget among the ranks, or its
+        instruction from one of the templates."""
         v = lp.Variant.from_dict(json.loads(scene))
         if program.get("task") != v.task:
             return False
         for key in ("swap", "retarget"):
             if key in program:
                 return getattr(v, key) in program[key]["ranks"]
-        if "shift" in program:
-            s = program["shift"]
-            xy = v.shifts.get(s["role"])
-            if xy is None:
-                return False
-            return all(
-                lo - 0.1 * (hi - lo) <= x <= hi + 0.1 * (hi - lo)
-                for (lo, hi), x in zip((s["dx"], s["dy"]), xy)
-            )
+        for key, drawn, axes in (("shift", v.shifts, ("dx", "dy")), ("place", v.places, ("x", "y"))):
+            if key in program:
+                s = program[key]
+                xy = drawn.get(s["role"])
+                return xy is not None and all(
+                    lo - 0.1 * (hi - lo) <= x <= hi + 0.1 * (hi - lo)
+                    for (lo, hi), x in zip((s[a] for a in axes), xy)
+                )
         return v.instruction is not None and any(
             lp.matches_template(v.instruction, t) for t in program["paraphrase"]["templates"]
         )

@@ -132,6 +132,14 @@ def parse_goal(bddl_text: str) -> Goal:
     return Goal(predicate=m.group(1).capitalize(), obj=m.group(2), target=m.group(3))
 
 
+def instruction_of(suite: str, task_id: int) -> str:
+    """The instruction an episode of the task is given: its BDDL's ``(:language ...)`` as LIBERO reads it
+    (lower case; ``env.language_instruction``), unlike `LiberoTask.language` (built from the file name)."""
+    text = open(get_task(suite, task_id).bddl_path, encoding="utf-8").read()
+    m = re.search(r"\(:language\s+(.*?)\)", text, re.S)
+    return " ".join(m.group(1).lower().split()) if m else ""
+
+
 def n_tasks(suite: str) -> int:
     return int(_benchmark(suite).n_tasks)
 

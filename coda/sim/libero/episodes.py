@@ -5,7 +5,8 @@ and the evaluation on the standard, position (``_swap``) and instruction (``_lan
 * **Observation** (`SuiteObservation`): end-effector pose and fingers, then one slot per object instance of
   the suite (present flag, position relative to the end effector). The goal object is *not* marked: the
   policy must read it from the instruction, so instruction perturbations matter.
-* **Evaluation**: the last ``eval_states`` bundled initial states of each task in the standard suite and in
+* **Evaluation**: the last ``eval_states`` bundled initial states of each task (`coda.sim.libero.heldout`;
+  the per-round curve evaluates the first ``curve_states`` of them) in the standard suite and in
   three LIBERO-Pro versions of it: ``_swap`` (position: the goal object and one other object of the scene
   trade their initial regions; instruction and goal unchanged), ``_lan`` (instruction paraphrase: same
   scene, same goal, reworded instruction read from ``env.language_instruction``) and ``_task`` (new task:
@@ -26,12 +27,10 @@ import numpy as np
 from coda.learn.awr import cached_actor
 from coda.learn.train import NoisyExpert
 from coda.libero import programs as lp
+from coda.sim.libero import heldout
+from coda.sim.libero.diagnose import nearest_others
+from coda.sim.libero.tables import KINDS, OOD_KINDS, success_table  # noqa: F401  (re-exported API)
 
-# Table 2's rows -> suite suffix. "instruction" is LIBERO-Pro's paraphrase suite (kept under its old key so
-# that earlier metrics read the same); "new_task" its task suite (another object of the scene is the goal).
-KINDS = {"standard": "", "position": "_swap", "instruction": "_lan", "new_task": "_task"}
-OOD_KINDS = ("position", "instruction", "new_task")
-N_INIT = 50  # bundled initial states per task
 PROPRIO = 9  # ee position (3), ee quaternion (4), finger joints (2)
 
 
@@ -124,13 +123,17 @@ def episode_job(job: dict[str, Any]) -> dict[str, Any]:
     observe = _OBS[job["base_suite"]]
     env.retarget(None)  # environments are reused: start from the BDDL's own goal
     shifts = {_role_object(env, role): tuple(xy) for role, xy in variant.shifts.items()}
+    if variant.places:
+        shifts.update(place_shifts(env, variant.init_index, variant.places))
     if variant.swap is not None:
         shifts.update(swap_shifts(env, variant.init_index, variant.swap))
     instruction = variant.instruction
     if variant.retarget is not None:  # a new task: another object of the scene is the goal
-        new = neighbour(env, variant.init_index, variant.retarget)
+        skip = heldout.held_out_goal(job["suite"], variant.task)
+        new = neighbour(env, variant.init_index, variant.retarget, skip=() if skip is None else (skip,))
         instruction = lp.retarget_instruction(instruction or env.task.language, new)
         env.retarget(new)
+    goal = env.task.goal.obj
     expert = None
     if job["actor"] == "planner":
         from coda.sim.libero.planner import LiberoPlanner
@@ -160,6 +163,7 @@ def episode_job(job: dict[str, Any]) -> dict[str, Any]:
         "phase_reached": int(rec.phases[-1].sum()) if len(rec.phases) else 0,
         "valid": bool(env.last_reset_valid) if shifts else True,
         "instruction": rec.instruction,
+        "goal": goal,  # the object the episode had to pick (a retarget's new goal)
         "seconds": round(rec.seconds, 3),
     }
     if job["record"]:
@@ -170,16 +174,11 @@ def episode_job(job: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _neighbours(env, init_index: int) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The settled initial positions and the movable objects other than the goal object and the goal target,
-    nearest to the goal object first."""
+def _neighbours(env, init_index: int, skip: tuple[str, ...] = ()) -> tuple[dict[str, np.ndarray], list[str]]:
+    """The settled initial positions and the movable objects other than the goal object, the goal target and
+    `skip`, nearest to the goal object first (`nearest_others`)."""
     rest = env.reset(init_index)["objects"]
-    goal = env.task.goal.obj
-    others = sorted(
-        (n for n in env.object_names if n not in (goal, env.target_body()) and n in rest),
-        key=lambda n: float(np.linalg.norm(rest[n][:2] - rest[goal][:2])),
-    )
-    return rest, others
+    return rest, nearest_others(rest, env.task.goal.obj, (env.target_body(), *skip))
 
 
 def swap_shifts(env, init_index: int, rank: int) -> dict[str, tuple[float, float]]:
@@ -194,10 +193,21 @@ def swap_shifts(env, init_index: int, rank: int) -> dict[str, tuple[float, float
     return {goal: (dx, dy), other: (-dx, -dy)}
 
 
-def neighbour(env, init_index: int, rank: int) -> str:
-    """The goal object's `rank`-th nearest movable object (not the goal target) on the settled initial state:
-    the new goal object of a ``retarget`` variant."""
-    _, others = _neighbours(env, init_index)
+def place_shifts(env, init_index: int, places: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
+    """x/y shifts that put each role's object at its table position (`place` programs), measured from the
+    settled initial state."""
+    rest = env.reset(init_index)["objects"]
+    out = {}
+    for role, (x, y) in places.items():
+        name = _role_object(env, role)
+        out[name] = (float(x - rest[name][0]), float(y - rest[name][1]))
+    return out
+
+
+def neighbour(env, init_index: int, rank: int, skip: tuple[str, ...] = ()) -> str:
+    """The goal object's `rank`-th nearest movable object (not the goal target, nor one of `skip`: the
+    held-out `_task` goal) on the settled initial state: the new goal object of a ``retarget`` variant."""
+    _, others = _neighbours(env, init_index, skip)
     if not others:
         raise ValueError(f"{env.task.name}: no other movable object to retarget to")
     return others[rank % len(others)]
@@ -272,38 +282,17 @@ def unpack_demos(z) -> list[dict[str, Any]]:
     return out
 
 
-def success_table(rows: list[tuple[str, int, dict[str, Any]]]) -> dict[str, Any]:
-    """{kind: {"mean", "n", "by_task"}} from (kind, task, result) rows."""
-    table: dict[str, Any] = {}
-    for kind in KINDS:
-        mine = [(t, bool(r.get("success"))) for k, t, r in rows if k == kind]
-        if not mine:
-            continue
-        by_task: dict[str, list[bool]] = {}
-        for t, s in mine:
-            by_task.setdefault(str(t), []).append(s)
-        table[kind] = {
-            "mean": round(float(np.mean([s for _, s in mine])), 4),
-            "n": len(mine),
-            "by_task": {
-                t: round(float(np.mean(v)), 4) for t, v in sorted(by_task.items(), key=lambda x: int(x[0]))
-            },
-        }
-    return table
-
-
-def eval_states(cfg) -> list[int]:
-    return list(range(N_INIT - cfg.libero.eval_states, N_INIT))
-
-
-def evaluate(pool, cfg, policy_dir: Path, critic_dir: Path | None, seed: int, desc: str) -> dict[str, Any]:
-    """Success on the evaluation states of every source task in the standard suite and its `_swap`, `_lan` and
-    `_task` versions (`KINDS`)."""
+def evaluate(
+    pool, cfg, policy_dir: Path, critic_dir: Path | None, seed: int, desc: str, states=None
+) -> dict[str, Any]:
+    """Success on the evaluation states of every source task (`states`; default all of
+    `heldout.eval_states`) in the standard suite and its `_swap`, `_lan` and `_task` versions (`KINDS`)."""
     c = cfg.libero
+    states = heldout.eval_states(c) if states is None else states
     episodes, keys = [], []
     for kind in KINDS:
         for t in c.tasks:
-            for i in eval_states(cfg):
+            for i in states:
                 episodes.append(
                     Episode(
                         suite_of(c.suite, kind),
@@ -317,6 +306,6 @@ def evaluate(pool, cfg, policy_dir: Path, critic_dir: Path | None, seed: int, de
                         max_steps=c.max_steps,
                     )
                 )
-                keys.append((kind, t))
+                keys.append((kind, t, i))
     results = run_episodes(pool, episodes, desc)
-    return success_table([(k, t, r) for (k, t), r in zip(keys, results, strict=True)])
+    return success_table([(*key, r) for key, r in zip(keys, results, strict=True)])
