@@ -278,6 +278,8 @@ def _memory_report_scenes(args: argparse.Namespace) -> None:
         return
     if latest_snapshot(args.run_dir) is None:
         return  # the report refuses the run in one line; a note about images would only come before it
+    if (Path(args.run_dir) / "keyframes" / "keyframes.json").is_file():
+        return  # a record with stored keyframes: the page says what it shows without data/
     run_json = Path(args.run_dir) / "run.json"
     profile = args.profile
     if profile is None and run_json.is_file():

@@ -20,7 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from coda.maintenance import card_without_provenance, comparable_json, same_result, snapshot_file
+from coda.maintenance import (
+    card_without_provenance,
+    comparable_json,
+    same_result,
+    snapshot_file,
+    unmatched_keyframes,
+)
 
 ABSENT = type("Absent", (), {"__repr__": lambda self: "(absent)"})()
 RANK = {"metrics.json": 0, "rounds.json": 1, "train_log.csv": 2, "run.json": 3}  # the numbers first
@@ -156,6 +162,8 @@ def compare(pairs: list[tuple[str, Path, Path]]) -> tuple[int, list[str], dict[s
                 found = {p.relative_to(base).as_posix(): p for p in base.rglob("*") if p.is_file()}
             for rel, p in found.items():
                 files.setdefault(f"{shown}/{rel}" if rel else shown, [None, None])[side] = p
+    drop = unmatched_keyframes({n for n, v in files.items() if v[0]}, {n for n, v in files.items() if v[1]})
+    files = {n: v for n, v in files.items() if n not in drop}
     different = [
         n
         for n, (a, b) in files.items()

@@ -35,9 +35,12 @@ sections of its card (``README.md``) that render that provenance and the loading
 
 `record` copies what a finished run's results are — its top-level JSON and CSV files (``run.json``,
 ``rounds.json``, ``metrics.json``, ``train_log.csv``) and the complete memory snapshots — without its checkpoints and actor
-(a few hundred kB instead of tens of MB). The pipeline keeps these records in git (``records/``, see
-dvc.yaml), so the report, the notebooks and the memory's readers work on a fresh clone, and a finished stage's
-results survive a machine that loses the DVC cache.
+(a few hundred kB instead of tens of MB), and adds ``keyframes/``: a few diagnosed failures re-simulated from
+the run's checkpoints while they are still there (`record_keyframes`). The pipeline keeps these records in
+git (``records/``, see dvc.yaml), so the report, the notebooks and the memory's readers (`coda memory report`
+shows the stored keyframes) work on a fresh clone, and a finished stage's results survive a machine that loses
+the DVC cache. Comparisons treat the keyframes like the rest: ``keyframes.json`` as a JSON record, the PNG and
+GIF files byte for byte (they are deterministic under the numerics pin).
 
     $ coda record runs/table1/coda-0 records/regime_a/table1/coda-0
 """
@@ -169,10 +172,35 @@ def prune(run_dir: str | Path, keep: int = 1, dry_run: bool = False) -> dict[str
 RECORD_SUFFIXES = (".json", ".csv")  # a run's top-level records and logs (not e.g. LIBERO SFT's demos.npz)
 
 
-def record(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
+KEYFRAME_DATA = ("data", "scenes")  # where `record` looks for the scenes' assets, when not told
+
+
+def record(
+    run_dir: str | Path,
+    out: str | Path,
+    *,
+    keyframes: bool = True,
+    data_dir: str | Path | None = None,
+    params: str | Path = "params.yaml",
+    sft_dir: str | Path | None = None,
+) -> dict[str, Any]:
     """Copy finished run `run_dir`'s results into `out` (replaced as a whole, written under a temporary name and
     renamed): its top-level JSON and CSV files and its complete memory snapshots, not the checkpoints
-    (``rounds/``), the workers' actor, any other directory or any other file. Refuses a run without ``metrics.json`` (not finished)."""
+    (``rounds/``), the workers' actor, any other directory or any other file. Refuses a run without
+    ``metrics.json`` (not finished).
+
+    With `keyframes`, ``out/keyframes/`` holds keyframes of a few diagnosed failures of the latest snapshot,
+    re-simulated from the run's checkpoints under the numerics pin (`record_keyframes`): at most one per
+    difficulty mode and eight per record, modes in the memory report's order (validated first, then by
+    importance) taken family by family in turn; per mode the first of the failures the report lists whose
+    round's checkpoint is there (a PNG strip and a GIF of the front and rear figure views, 160 px per view,
+    and a row of ``keyframes.json`` saying whether the re-simulation matches the recorded rollout; one that
+    differs is stored with that label). The world settings come from `params` (the run's profile), the
+    scenes' assets from `data_dir` (default: the first of `KEYFRAME_DATA` that is built), round 1's actor
+    from `sft_dir` (default: the pipeline's SFT directory beside the run, else runs/sft). Where that is not
+    possible (no snapshot, no built scenes, params without the run's profile, a LIBERO run) or where it fails
+    the record has no keyframes and ``keyframes.why`` of the result says why: the record of the results is
+    made regardless."""
     run_dir, out = Path(run_dir), Path(out)
     if not (run_dir / "metrics.json").is_file():
         raise FileNotFoundError(f"{run_dir}: not a finished run (no metrics.json)")
@@ -193,15 +221,62 @@ def record(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
         shutil.copy2(p, tmp / p.name)
     for p in snapshots:
         shutil.copytree(p, tmp / "memory" / p.name)
+    stored = None
+    if keyframes:
+        try:
+            stored = _record_keyframes(run_dir, tmp, data_dir, params, sft_dir)
+        except Exception as err:  # pictures are a bonus: a record of the results is made regardless
+            shutil.rmtree(tmp / "keyframes", ignore_errors=True)
+            stored = {"stored": 0, "why": f"failed: {type(err).__name__}: {' '.join(str(err).split())}"}
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    return {
+    report = {
         "run_dir": str(run_dir),
         "out": str(out),
         "files": [p.name for p in files],
         "snapshots": [p.name for p in snapshots],
         "bytes": _size(out),
     }
+    if stored is not None:
+        report["keyframes"] = stored
+    return report
+
+
+def _record_keyframes(run_dir: Path, tmp: Path, data_dir, params, sft_dir) -> dict[str, Any]:
+    """`coda.report.keyframes.record_keyframes_pinned` into ``tmp/keyframes``, or why there are none."""
+    import time
+
+    from coda.config import ConfigError, load_params
+    from coda.memory.snapshots import latest_snapshot
+
+    if latest_snapshot(run_dir) is None:
+        return {"stored": 0, "why": "no memory snapshot"}
+    if data_dir is None:
+        data_dir = next((d for d in KEYFRAME_DATA if (Path(d) / "manifest.json").is_file()), None)
+        if data_dir is None:
+            return {"stored": 0, "why": f"no built scenes for their assets ({', '.join(KEYFRAME_DATA)}/)"}
+    elif not (Path(data_dir) / "manifest.json").is_file():
+        return {"stored": 0, "why": f"{data_dir}/ holds no built scenes"}
+    profile = (
+        json.loads((run_dir / "run.json").read_text()).get("profile")
+        if (run_dir / "run.json").is_file()
+        else None
+    )
+    try:
+        load_params(params, profile)
+    except (ConfigError, OSError, UserError) as err:
+        return {"stored": 0, "why": f"{params}: {' '.join(str(err).split())}"}
+    from coda.report.keyframes import RECORD_FOLDER, record_keyframes_pinned
+
+    t0 = time.monotonic()
+    kw = {"data_dir": str(data_dir), "params": str(params)}
+    if sft_dir is not None:
+        kw["sft_dir"] = str(sft_dir)
+    stored = record_keyframes_pinned(run_dir, tmp / RECORD_FOLDER, **kw)
+    return {**stored, "data_dir": str(data_dir), "wall_s": round(time.monotonic() - t0, 1)}
 
 
 def add_record_command(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -211,12 +286,34 @@ def add_record_command(subparsers: argparse._SubParsersAction) -> argparse.Argum
     )
     p.add_argument("run_dir", help="a finished run directory written by `coda run`")
     p.add_argument("out", help="the record's directory (replaced)")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="built scenes whose assets the keyframes' re-simulation loads (default: data/, else scenes/)",
+    )
+    p.add_argument(
+        "--sft",
+        default=None,
+        help="the run's SFT directory (round 1's actor; default: runs/sft beside the run)",
+    )
+    p.add_argument(
+        "--no-keyframes",
+        action="store_true",
+        help="do not re-simulate and store keyframes of a few diagnosed failures in OUT/keyframes/",
+    )
     return p
 
 
 def run_record_command(args: argparse.Namespace) -> int:
     try:
-        report = record(args.run_dir, args.out)
+        report = record(
+            args.run_dir,
+            args.out,
+            keyframes=not args.no_keyframes,
+            data_dir=args.data,
+            params=getattr(args, "params", "params.yaml"),
+            sft_dir=args.sft,
+        )
     except FileNotFoundError as err:
         raise UserError(str(err)) from None
     print(json.dumps(report))
@@ -295,6 +392,22 @@ def same_result(name: str, x: bytes, y: bytes) -> bool:
     return False
 
 
+def _keyframes_root(name: str) -> str | None:
+    """The record folder whose ``keyframes/`` holds file `name` (a path relative to what is compared), or None."""
+    parts = name.split("/")
+    return "/".join(parts[: parts.index("keyframes")]) if "keyframes" in parts[:-1] else None
+
+
+def unmatched_keyframes(names_a: set[str], names_b: set[str]) -> set[str]:
+    """The files of the ``keyframes/`` folders that only one side has at all: a record made before `coda
+    record` stored keyframes (2026-12-03) compares with its re-run on its results, and keyframes compare
+    byte for byte wherever both sides have them."""
+    roots_a = {_keyframes_root(n) for n in names_a} - {None}
+    roots_b = {_keyframes_root(n) for n in names_b} - {None}
+    only = roots_a ^ roots_b
+    return {n for n in names_a | names_b if _keyframes_root(n) in only}
+
+
 def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
     """Which files of run directories `a` and `b` are identical (see the module docstring): ``files`` (the
     union), ``identical``, and ``different`` (the paths that differ or exist in only one, sorted)."""
@@ -304,6 +417,9 @@ def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
             raise FileNotFoundError(f"{d}: not a run directory")
     fa = {p.relative_to(a).as_posix(): p for p in a.rglob("*") if p.is_file()}
     fb = {p.relative_to(b).as_posix(): p for p in b.rglob("*") if p.is_file()}
+    drop = unmatched_keyframes(set(fa), set(fb))
+    fa = {n: p for n, p in fa.items() if n not in drop}
+    fb = {n: p for n, p in fb.items() if n not in drop}
     different = set(fa) ^ set(fb)
     different |= {n for n in set(fa) & set(fb) if not same_result(n, fa[n].read_bytes(), fb[n].read_bytes())}
     files = len(set(fa) | set(fb))

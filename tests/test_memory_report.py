@@ -16,12 +16,13 @@ VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "met
 
 
 class StrictParser(HTMLParser):
-    """Collects the problems `html.parser` lets through: unbalanced tags, duplicate ids, external URLs,
-    scripts."""
+    """Collects the problems `html.parser` lets through: unbalanced tags, duplicate ids, external URLs (a
+    relative link to a GIF beside the page is kept in `files`), scripts."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
         self.stack, self.errors, self.ids, self.images, self.links = [], [], set(), [], []
+        self.files = []
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
@@ -33,7 +34,10 @@ class StrictParser(HTMLParser):
             self.ids.add(attrs["id"])
         for key in ("src", "href"):
             value = attrs.get(key) or ""
-            if value and not value.startswith(("#", "data:image/png;base64,")):
+            relative_gif = key == "href" and value.endswith(".gif") and not value.startswith("/")
+            if relative_gif and ":" not in value and ".." not in value.split("/"):
+                self.files.append(value)
+            elif value and not value.startswith(("#", "data:image/png;base64,")):
                 self.errors.append(f"external {key} {value[:60]}")
         if attrs.get("href", "").startswith("#"):
             self.links.append(attrs["href"])
@@ -108,12 +112,17 @@ def report(report_path):
 
 
 def test_the_keyframes_are_saved_beside_the_page(report_path, report, coda_run):
-    """Every re-simulated failure on the page is also a PNG strip and a GIF, indexed in keyframes.json."""
+    """Every re-simulated failure on the page is also a PNG strip and a GIF, indexed in keyframes.json, and
+    the page links each GIF."""
     from PIL import Image
+
+    from coda.report.keyframes import STRIP_GAP
+    from coda.report.render import band_height
 
     folder = report_path.with_name("report_keyframes")
     rows = json.loads((folder / "keyframes.json").read_text())
     assert len(rows) == report.count('class="keyframes"') > 0
+    assert sorted(parse(report).files) == sorted(f"report_keyframes/{row['gif']}" for row in rows)
     mem = load_snapshot(latest_snapshot(coda_run))
     diagnoses = {d["diagnosis_id"]: d for d in mem.rows("diagnoses")}
     for row in rows:
@@ -123,10 +132,11 @@ def test_the_keyframes_are_saved_beside_the_page(report_path, report, coda_run):
         assert row["matches"], row[
             "differences"
         ]  # `coda memory report` runs under the pin: every bit reproduces
+        n, band = len(row["frames"]), band_height(48)  # each frame under its label
         png = Image.open(folder / row["png"])
-        assert png.size == (48 * 2 * len(row["frames"]), 48)  # frames left to right, each front | side
+        assert png.size == (48 * 2 * n + STRIP_GAP * (n - 1), 48 + band)  # frames left to right: front | rear
         gif = Image.open(folder / row["gif"])
-        assert gif.n_frames == len(row["frames"]) and gif.size == (96, 48)
+        assert gif.n_frames == len(row["frames"]) and gif.size == (96, 48 + band)
 
 
 def test_the_report_names_modes_programs_and_causes(report, coda_run):
@@ -172,6 +182,81 @@ def test_a_missing_or_invalid_run_is_one_line(make, coda_cli, tmp_path):
     assert r.returncode != 0
     assert len(r.stderr.strip().splitlines()) == 1 and str(run) in r.stderr
     assert not (tmp_path / "r.html").exists()
+
+
+@pytest.fixture(scope="module")
+def records(coda_setup, small_data, coda_cli, tmp_path_factory):
+    """The tiny run recorded twice: by `coda record` (a process under the numerics pin) and by
+    `coda.maintenance.record` called from this process (not under the pin: it re-simulates in a child that
+    is)."""
+    from coda.maintenance import record
+
+    run, params, sft = coda_setup
+    base = tmp_path_factory.mktemp("records")
+    r = coda_cli(
+        "record", run, base / "cli", "--data", small_data, "--sft", sft, "--params", params, check=True
+    )
+    made = json.loads(r.stdout.strip().splitlines()[-1])
+    record(run, base / "py", data_dir=small_data, params=params, sft_dir=sft)
+    return base / "cli", base / "py", made
+
+
+def test_the_record_stores_keyframes_of_a_few_failures(records, coda_run):
+    """``RECORD/keyframes/``: at most one failure per mode of the last snapshot and eight in all, each of
+    the diagnoses the report lists first for its mode, re-simulated as recorded (under the pin), as a PNG
+    strip and a GIF of 160 px views under labels; a few hundred kB at most."""
+    from PIL import Image
+
+    from coda.report.keyframes import RECORD_LIMIT, STRIP_GAP, record_candidates
+    from coda.report.render import band_height
+
+    rec, _, made = records
+    mem = load_snapshot(latest_snapshot(coda_run))
+    rows = json.loads((rec / "keyframes" / "keyframes.json").read_text())
+    candidates = record_candidates(mem)
+    assert made["keyframes"]["stored"] == len(rows) == min(RECORD_LIMIT, len(candidates)) > 0
+    assert [row["mode_id"] for row in rows] == [m.mode_id for m, _ in candidates][: len(rows)]
+    for row, (_, diagnoses) in zip(rows, candidates):
+        assert row["diagnosis_id"] in [d["diagnosis_id"] for d in diagnoses]
+        assert row["matches"], row["differences"]
+        n = len(row["frames"])
+        png = Image.open(rec / "keyframes" / row["png"])
+        assert png.size == (160 * 2 * n + STRIP_GAP * (n - 1), 160 + band_height(160))
+        assert Image.open(rec / "keyframes" / row["gif"]).n_frames == len(row["frames"])
+    size = sum(p.stat().st_size for p in (rec / "keyframes").iterdir())
+    assert size == made["keyframes"]["bytes"] < 400_000
+    assert not (rec / "rounds").exists()  # still no checkpoints
+
+
+def test_recording_the_run_twice_stores_the_same_bytes(records):
+    from coda.maintenance import compare_runs
+
+    cli, py, _ = records
+    files = sorted(p.relative_to(cli) for p in (cli / "keyframes").iterdir())
+    assert files == sorted(p.relative_to(py) for p in (py / "keyframes").iterdir())
+    for rel in files:
+        assert (cli / rel).read_bytes() == (py / rel).read_bytes(), rel
+    assert compare_runs(cli, py)["different"] == []
+
+
+def test_the_report_of_a_record_shows_the_stored_keyframes(records, coda_setup, coda_cli, tmp_path):
+    """On a record, from a folder with neither data/ nor runs/sft (a fresh clone without the DVC cache): the
+    stored keyframes, each GIF copied beside the page and linked, and the record left as it was."""
+    rec, _, _ = records
+    params = coda_setup[1]
+    before = {p: p.read_bytes() for p in rec.rglob("*") if p.is_file()}
+    coda_cli("memory", "report", rec, "--out", "page/r.html", "--params", params, cwd=tmp_path, check=True)
+    out = tmp_path / "page" / "r.html"
+    html = out.read_text(encoding="utf-8")
+    page = parse(html)
+    rows = json.loads((rec / "keyframes" / "keyframes.json").read_text())
+    assert html.count('class="keyframes"') == len(rows) > 0
+    assert html.count("stored with the record: re-simulated (matches the recorded rollout)") == len(rows)
+    assert sorted(page.files) == sorted(f"r_keyframes/{row['gif']}" for row in rows)
+    for link in page.files:
+        assert (out.parent / link).read_bytes() == (rec / "keyframes" / link.split("/")[-1]).read_bytes()
+    assert "no checkpoint to re-simulate" not in html
+    assert {p: p.read_bytes() for p in rec.rglob("*") if p.is_file()} == before
 
 
 # Re-simulation reproduces bits only in a process that started under the numerics pin (glibc's libm and

@@ -33,6 +33,40 @@ def test_two_cameras_in_the_observation(small_data):
         w.close()
 
 
+def test_the_figure_cameras_hold_the_whole_robot_and_the_scene(small_data):
+    """In each figure view of a seed scene of every family the robot covers a good part of the image and lies
+    wholly inside it (no robot pixel on the border), the scene's objects are seen too, and taking the views
+    changes no state; the policy's front observation camera, by contrast, cuts the robot at the border."""
+    w = World(small_data, render=True, image_size=64)
+    try:
+        for family in data.FAMILIES:
+            w.load(data.seed_scenes(small_data, family, 1)[0])
+            before = w.state()
+            views, masks = w.figure_cameras(96, segmentation=True)
+            assert views.shape == (2, 96, 96, 3) and masks.shape == (2, 96, 96)
+            for view, mask in zip(views, masks):
+                robot = mask == w.robot
+                assert robot.mean() > 0.05, (family, robot.mean())
+                border = np.concatenate([robot[0], robot[-1], robot[:, 0], robot[:, -1]])
+                assert not border.any(), f"{family}: the robot leaves the figure view"
+                assert np.isin(mask, [b.uid for b in w.bodies]).sum() > 10  # the objects are in view
+                assert view[robot].std() > 5  # shaded, not blank
+            after = w.state()
+            assert all(np.array_equal(before[k], after[k]) for k in before)
+        import pybullet as p
+
+        from coda.sim.world import CAMERAS
+
+        eye, target = CAMERAS[0]  # the observation camera: the gripper and a sliver of arm at the border
+        view = p.computeViewMatrix(eye, target, [0, 0, 1], physicsClientId=w.client)
+        proj = p.computeProjectionMatrixFOV(55, 1.0, 0.05, 3.0, physicsClientId=w.client)
+        seg = np.asarray(p.getCameraImage(96, 96, view, proj, physicsClientId=w.client)[4]).reshape(96, 96)
+        robot = seg == w.robot
+        assert np.concatenate([robot[0], robot[-1], robot[:, 0], robot[:, -1]]).any()
+    finally:
+        w.close()
+
+
 def test_lowpoly_panda_uses_collision_meshes():
     from coda.sim.world import _lowpoly_panda_urdf
 
@@ -41,15 +75,15 @@ def test_lowpoly_panda_uses_collision_meshes():
 
 
 def test_coda_render_writes_both_views_of_a_seed_scene(small_data, tmp_path):
-    """`coda render FAMILY/N --out x.png`: a PNG of the front and side views side by side; a spec file and a
-    scene hash name the same scene; an unknown name is a one-line error."""
+    """`coda render FAMILY/N --out x.png`: a PNG of the front and rear figure views side by side, each under a
+    label; a spec file and a scene hash name the same scene; an unknown name is a one-line error."""
     import subprocess
     import sys
 
     from matplotlib import image
 
     from coda import data
-    from coda.report.render import render_scene, resolve_scene
+    from coda.report.render import band_height, render_scene, resolve_scene
 
     out = tmp_path / "x.png"
     res = subprocess.run(
@@ -72,7 +106,10 @@ def test_coda_render_writes_both_views_of_a_seed_scene(small_data, tmp_path):
     )
     assert res.returncode == 0, res.stderr
     img = image.imread(out)
-    assert img.shape[:2] == (64, 128) and img.std() > 0.01  # two views, not blank
+    band = band_height(64)
+    assert img.shape[:2] == (64 + band, 128) and img[band:].std() > 0.01  # two views under labels, not blank
+    for label in (img[:band, :64], img[:band, 64:]):  # a light band with dark text over each view
+        assert np.median(label) > 0.85 and (label[..., :3].mean(axis=-1) < 0.4).sum() > 10
     scene = data.seed_scenes(small_data, "pick_place")[0]
     spec = tmp_path / "scene.json"
     spec.write_text(scene.to_json())

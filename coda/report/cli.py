@@ -36,7 +36,9 @@ def add_report_commands(sub) -> None:
 
 def add_render_command(sub) -> None:
     ren = sub.add_parser(
-        "render", help="a scene's two camera views as a PNG (a spec file, FAMILY/N or a hash)"
+        "render",
+        help="a scene with the robot, seen by the two figure cameras (front, rear), as a labelled PNG "
+        "(a spec file, FAMILY/N or a hash)",
     )
     ren.add_argument("scene", help="scene spec JSON file, FAMILY/N (seed scene N of data/) or a scene hash")
     ren.add_argument("--out", required=True, help="PNG file to write")
@@ -55,7 +57,12 @@ def add_memory_report_command(msub: argparse._SubParsersAction) -> None:
     rep = msub.add_parser(
         "report", help="a static HTML page about a run's memory: modes, programs, lineage, failures"
     )
-    rep.add_argument("run_dir", metavar="RUN", help="a run directory (run.json, memory/round-NNNN/, ...)")
+    rep.add_argument(
+        "run_dir",
+        metavar="RUN",
+        help="a run directory (run.json, memory/round-NNNN/, ...) or its record (`coda record`: the keyframes "
+        "stored there are shown)",
+    )
     rep.add_argument("--out", required=True, help="HTML file to write")
     rep.add_argument(
         "--data",
@@ -63,7 +70,13 @@ def add_memory_report_command(msub: argparse._SubParsersAction) -> None:
         help="the built scenes to render with (default data/, which `coda run` builds for smoke; the "
         "pipeline: scenes); without them the page has no scene images",
     )
-    rep.add_argument("--image-size", type=int, default=128, help="pixels per camera view (square)")
+    rep.add_argument(
+        "--image-size",
+        type=int,
+        default=160,
+        help="pixels per camera view (square) of the images it renders (a record's stored keyframes keep "
+        "their 160)",
+    )
     rep.add_argument(
         "--sft", default=None, help="SFT directory of the run (round 1's actor; default: runs/sft)"
     )

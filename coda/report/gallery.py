@@ -10,6 +10,10 @@ from coda.report.common import pyplot, save_figure
 from coda.report.runs import RunResult, Runs
 
 PER_FAMILY = 3  # variations shown per family, beside its seed scene
+# the figure camera per family (`coda.sim.world.FIGURE_CAMERAS`): drawers face the robot, so their handles
+# and open drawers show from behind it; the other families from the front
+VIEWS = {"drawer": "rear"}
+DEFAULT_VIEW = "front"
 
 
 def gallery_scenes(run: RunResult | None, data_dir: str | Path, per_family: int = PER_FAMILY):
@@ -58,16 +62,23 @@ def gallery_scenes(run: RunResult | None, data_dir: str | Path, per_family: int 
     return out
 
 
-def render_scenes(scenes, data_dir: str | Path, image_size: int = 160) -> list[np.ndarray]:
-    """The front camera image of each scene after settling (one World, reloaded per scene)."""
-    from coda.sim.world import World
+def figure_view(family: str) -> str:
+    """The figure camera that shows `family`'s scenes in Figure 6 (`VIEWS`)."""
+    return VIEWS.get(family, DEFAULT_VIEW)
 
+
+def render_scenes(scenes, data_dir: str | Path, image_size: int = 160) -> list[np.ndarray]:
+    """Each scene after settling, seen by its family's figure camera (`figure_view`; the cameras of
+    `coda.sim.world.FIGURE_CAMERAS` hold the whole arm and the workspace); one World, reloaded per scene."""
+    from coda.sim.world import FIGURE_CAMERAS, World
+
+    names = [name for name, _, _ in FIGURE_CAMERAS]
     world = World(data_dir, render=True, image_size=image_size)
     try:
         images = []
         for scene in scenes:
             world.load(scene)
-            images.append(world.cameras()[0])
+            images.append(world.figure_cameras()[names.index(figure_view(scene.family))])
         return images
     finally:
         world.close()
@@ -76,7 +87,8 @@ def render_scenes(scenes, data_dir: str | Path, image_size: int = 160) -> list[n
 def figure6_gallery(
     runs: Runs, out: Path, data_dir: str | Path = "data", image_size: int = 160
 ) -> list[Path]:
-    """Validated variations: per family, a seed scene and targeted scenes of CoDA seed 0's validated modes."""
+    """Validated variations: per family, a seed scene and targeted scenes of CoDA seed 0's validated modes,
+    each panel labelled with its family, figure camera and what it shows."""
     plt = pyplot()
     picks = gallery_scenes(runs.seed_run("coda"), data_dir)
     images = render_scenes([s for _, _, s in picks], data_dir, image_size)
@@ -85,7 +97,7 @@ def figure6_gallery(
     )
     fams = sorted({f for f, _, _ in picks})
     fig, axes = plt.subplots(
-        len(fams) or 1, cols, figsize=(2.2 * cols, 2.3 * max(1, len(fams))), squeeze=False
+        len(fams) or 1, cols, figsize=(2.2 * cols, 2.45 * max(1, len(fams))), squeeze=False
     )
     for ax in axes.flat:
         ax.axis("off")
@@ -93,6 +105,6 @@ def figure6_gallery(
         items = [(lab, img) for (f, lab, _), img in zip(picks, images) if f == fam]
         for k, (lab, img) in enumerate(items):
             axes[i, k].imshow(img)
-            axes[i, k].set_title(f"{fam}: {lab}", fontsize=6)
+            axes[i, k].set_title(f"{fam}, {figure_view(fam)} view\n{lab}", fontsize=7)
     fig.suptitle("Figure 6: seed scenes and validated variations (CoDA seed 0 memory)", fontsize=9)
     return save_figure(fig, out, "figure6_gallery")

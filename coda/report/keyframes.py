@@ -8,18 +8,23 @@ A rollout of round r was produced by the actor the loop published before round r
 (`coda.engine.jobs.rollout_job`) built a `CriticGuidedPolicy` with the run's j, temperature, selection and
 the round's seed ``seed * 1000 + r``, and ran `coda.sim.rollout.run_episode` in a `World` configured by
 `coda.sim.world.world_kwargs` of the profile. `resimulate` does the same (the actor goes through the same
-merge, save and load as a published one) in a rendering world, captures both camera views at every chunk
+merge, save and load as a published one) in a rendering world, captures both figure views at every chunk
 start and at the end, and keeps at most `MAX_FRAMES` of them: the start, the first chunk of the failing
-phase, one in between and the end. Whether the re-simulated outcome (success, phases reached, steps)
-equals the recorded rollout's is reported, never assumed.
+phase, one in between and the end. The frames are the two figure cameras' views (front | rear,
+`coda.sim.world.FIGURE_CAMERAS`: the whole arm and the workspace), not what the policy observes; taking
+them reads the state and simulates nothing. Whether the re-simulated outcome (success, phases reached,
+steps) equals the recorded rollout's is reported, never assumed.
 
-`save_keyframes` writes one failure's frames as files (a PNG strip, a short GIF and a row of
-``keyframes.json``), the copies `coda memory report` keeps beside its page.
+`save_keyframes` writes one failure's frames as files (a PNG strip, a short GIF, both with a label over
+each frame, and a row of ``keyframes.json``), the copies `coda memory report` keeps beside its page.
+`record_keyframes` stores those of a few diagnosed failures with a run's record (`coda record`), so that
+the memory report of the record shows them where no checkpoint is (a fresh clone).
 
 Example:
-    >>> kf = KeyframeRenderer("runs/table1/coda-0", "scenes", params="params.yaml", image_size=128)
+    >>> kf = KeyframeRenderer("runs/table1/coda-0", "scenes", params="params.yaml", image_size=160)
     >>> frames = kf(diagnosis_row, rollout_row, spec_json)   # None: no checkpoint, use the initial state
     >>> save_keyframes(frames, diagnosis_row, "report_keyframes")
+    >>> record_keyframes("runs/table1/coda-0", "records/.../coda-0/keyframes", data_dir="scenes")
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from typing import Any
 import numpy as np
 
 MAX_FRAMES = 4
+GIF_FRAME_MS = 800
 
 
 class CheckpointMissing(Exception):
@@ -56,30 +62,65 @@ class Keyframes:
     @property
     def label(self) -> str:
         """What the page says about the frames (plain text, to be escaped)."""
-        if self.matches:
-            return "re-simulated (matches the recorded rollout)"
-        return f"re-simulated (differs from the recorded rollout: {'; '.join(self.differences)})"
+        return outcome_label(self.differences)
+
+    def labelled_frames(self) -> list[np.ndarray]:
+        """Each frame (front | rear) under a band naming it and its views (`coda.report.render.caption`)."""
+        from coda.report.render import caption, view_names
+
+        views = " | ".join(view_names())
+        return [caption(frame, f"{label}: {views}") for label, frame in self.frames]
+
+    def strip(self) -> np.ndarray:
+        """The labelled frames left to right, `STRIP_GAP` white pixels apart: (H + band, n * 2W + gaps, 3)
+        uint8."""
+        return join_frames(self.labelled_frames())
+
+
+STRIP_GAP = 6  # white pixels between the frames of a strip
+
+
+def join_frames(frames: list[np.ndarray]) -> np.ndarray:
+    """`frames` (each (H, W', 3)) left to right with `STRIP_GAP` white columns between them."""
+    gap = np.full((frames[0].shape[0], STRIP_GAP, 3), 255, np.uint8)
+    parts = [part for frame in frames for part in (gap, frame)][1:]
+    return np.concatenate(parts, axis=1)
+
+
+def outcome_label(differences: list[str]) -> str:
+    """Whether a re-simulation matched its recorded rollout, in words (`Keyframes.label`)."""
+    if not differences:
+        return "re-simulated (matches the recorded rollout)"
+    return f"re-simulated (differs from the recorded rollout: {'; '.join(differences)})"
 
 
 INDEX = "keyframes.json"
 
 
 def save_keyframes(kf: Keyframes, diagnosis: dict[str, Any], folder: str | Path) -> dict[str, Any]:
-    """Write `kf` into `folder` as ``<diagnosis_id>.png`` (the frames left to right, each front | side) and
-    ``<diagnosis_id>.gif`` (one frame per keyframe, 0.8 s each, looping), and add its row to the folder's
-    ``keyframes.json`` (ids, mode, frame labels, whether the re-simulation matches the recorded rollout);
-    returns the row."""
+    """Write `kf` into `folder` as ``<diagnosis_id>.png`` (`Keyframes.strip`: the frames left to right, each
+    front | rear under its label, in 256 colours) and ``<diagnosis_id>.gif`` (one labelled frame per
+    keyframe, 0.8 s each, looping), and add its row to the folder's ``keyframes.json`` (ids, mode, frame
+    labels, whether the re-simulation matches the recorded rollout); returns the row. The files' bytes
+    depend only on the frames (no time stamp or software tag)."""
     from PIL import Image
+
+    from coda.report.render import view_names
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     did = str(diagnosis["diagnosis_id"])
     if not did or any(c in did for c in "/\\") or did.startswith("."):
         raise ValueError(f"diagnosis_id: not usable as a file name: {did!r}")
-    frames = [np.ascontiguousarray(frame) for _, frame in kf.frames]
-    Image.fromarray(np.concatenate(frames, axis=1)).save(folder / f"{did}.png")
+    frames = kf.labelled_frames()
+    png = Image.fromarray(join_frames(frames))
+    # 256 colours (median cut, no dithering: deterministic) hold these flat-shaded renders at half the bytes
+    png = png.quantize(colors=256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
+    png.save(folder / f"{did}.png", optimize=True)
     first, *rest = [Image.fromarray(frame) for frame in frames]
-    first.save(folder / f"{did}.gif", save_all=True, append_images=rest, duration=800, loop=0)
+    first.save(
+        folder / f"{did}.gif", save_all=True, append_images=rest, duration=GIF_FRAME_MS, loop=0, optimize=True
+    )
     row = {
         "diagnosis_id": did,
         "mode_id": diagnosis.get("mode_id"),
@@ -88,16 +129,45 @@ def save_keyframes(kf: Keyframes, diagnosis: dict[str, Any], folder: str | Path)
         "png": f"{did}.png",
         "gif": f"{did}.gif",
         "frames": [label for label, _ in kf.frames],
+        "views": view_names(),
         "matches": kf.matches,
         "differences": list(kf.differences),
         "recorded": kf.recorded,
         "resimulated": kf.resimulated,
     }
+    add_to_index(folder, row)
+    return row
+
+
+def add_to_index(folder: Path, row: dict[str, Any]) -> None:
+    """Add `row` to ``folder/keyframes.json``, replacing a row of the same diagnosis."""
     index = folder / INDEX
     rows = json.loads(index.read_text()) if index.is_file() else []
-    rows = [r for r in rows if r.get("diagnosis_id") != did] + [row]
+    rows = [r for r in rows if r.get("diagnosis_id") != row["diagnosis_id"]] + [row]
     index.write_text(json.dumps(rows, indent=1, default=str) + "\n")
-    return row
+
+
+def _plain_name(name: Any, suffix: str) -> bool:
+    return isinstance(name, str) and name.endswith(suffix) and Path(name).name == name and name[0] != "."
+
+
+def read_index(folder: str | Path) -> dict[str, dict[str, Any]]:
+    """The rows of ``folder/keyframes.json`` by diagnosis id, those whose PNG and GIF (plain file names) are
+    in `folder`; empty when there is no index or it is not a JSON list."""
+    folder = Path(folder)
+    try:
+        rows = json.loads((folder / INDEX).read_text())
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for row in rows if isinstance(rows, list) else []:
+        if not isinstance(row, dict) or not _plain_name(row.get("png"), ".png"):
+            continue
+        if not _plain_name(row.get("gif"), ".gif") or not (folder / row["png"]).is_file():
+            continue
+        if (folder / row["gif"]).is_file():
+            out[str(row.get("diagnosis_id"))] = row
+    return out
 
 
 def default_sft_dir(run_dir: str | Path) -> Path | None:
@@ -158,15 +228,19 @@ def round_actor(run_dir: Path, r: int, sft_dir: Path | None, run: dict[str, Any]
     )
 
 
-class _Recorder:
-    """Wraps a policy: keeps (step, both camera views) at every chunk start."""
+def figure_frame(world, image_size: int | None) -> np.ndarray:
+    """The figure cameras' views of `world` now, side by side: (H, 2W, 3) uint8."""
+    return np.concatenate(list(world.figure_cameras(image_size)), axis=1)
 
-    def __init__(self, policy, world) -> None:
-        self.policy, self.world, self.step, self.frames = policy, world, 0, []
+
+class _Recorder:
+    """Wraps a policy: keeps (step, both figure views) at every chunk start."""
+
+    def __init__(self, policy, world, image_size: int | None) -> None:
+        self.policy, self.world, self.image_size, self.step, self.frames = policy, world, image_size, 0, []
 
     def act(self, obs):
-        images = obs.images if obs.images is not None else self.world.cameras()
-        self.frames.append((self.step, np.concatenate(list(images), axis=1)))
+        self.frames.append((self.step, figure_frame(self.world, self.image_size)))
         chunk = self.policy.act(obs)
         self.step += len(chunk)  # run_episode steps the whole chunk unless it succeeds (and stops) in it
         return chunk
@@ -211,15 +285,22 @@ def choose_frames(
 
 
 def resimulate(
-    world, scene, actor, *, max_chunks: int, recorded: dict[str, Any], phase_name: str | None = None
+    world,
+    scene,
+    actor,
+    *,
+    max_chunks: int,
+    recorded: dict[str, Any],
+    phase_name: str | None = None,
+    image_size: int | None = None,
 ) -> Keyframes:
     """Run `actor` on `scene` in the rendering `world` and compare with the `recorded` rollout row
-    (success, phase_reached, steps)."""
+    (success, phase_reached, steps); the frames are `image_size` pixels per view (default: the world's)."""
     from coda.sim.rollout import run_episode
 
-    recorder = _Recorder(actor, world)
+    recorder = _Recorder(actor, world, image_size)
     rec = run_episode(world, scene, recorder, max_chunks=max_chunks)
-    end = np.concatenate(list(world.cameras()), axis=1)
+    end = figure_frame(world, image_size)
     again = {"success": bool(rec.success), "phase_reached": int(rec.phase_reached), "steps": int(rec.steps)}
     diffs = []
     for key, value in again.items():
@@ -242,7 +323,7 @@ class KeyframeRenderer:
         *,
         params: str | Path = "params.yaml",
         sft_dir: str | Path | None = None,
-        image_size: int = 128,
+        image_size: int = 160,
     ) -> None:
         from coda.config import load_params
         from coda.sim.world import world_kwargs
@@ -263,7 +344,9 @@ class KeyframeRenderer:
         if self._world is None:
             kw = dict(self.world_kwargs)
             lowpoly = bool(kw.pop("render"))  # a non-rendering worker simulated the full Panda model
-            kw["image_size"] = self.image_size
+            if not lowpoly:
+                # its policy saw no images: make the observation cameras' (unused here) as cheap as can be
+                kw["image_size"] = 1
             self._world = World(self.data_dir, render=True, lowpoly=lowpoly, **kw)
         return self._world
 
@@ -288,6 +371,7 @@ class KeyframeRenderer:
             max_chunks=self.cfg.sim.max_chunks,
             recorded=recorded,
             phase_name=diagnosis.get("phase"),
+            image_size=self.image_size,
         )
 
     def __call__(self, diagnosis: dict[str, Any], rollout: dict[str, Any] | None, spec_json: str):
@@ -302,3 +386,140 @@ class KeyframeRenderer:
             self._world.close()
             self._world = None
         self._actors.clear()
+
+
+# -- keyframes stored with a record (`coda record`) ---------------------------------------------------------
+RECORD_FOLDER = "keyframes"  # RECORD/keyframes/: the PNG strips, GIFs and keyframes.json of a record
+RECORD_PER_MODE = 1  # failures stored per difficulty mode
+RECORD_LIMIT = 8  # failures stored per record
+RECORD_IMAGE_SIZE = 160  # pixels per view
+
+
+def record_candidates(mem, per_mode: int = RECORD_PER_MODE, limit: int = RECORD_LIMIT):
+    """(mode, diagnoses) of the modes whose failures a record stores, in the order they are tried: the modes
+    of `mem` in the memory report's order (validated first, then by importance; `sorted_modes`), taken family
+    by family in turn (each family's first mode, then each one's second, ...) so that a few modes of every
+    family come before many of one, at most `limit` of them; only modes of the PyBullet task families
+    (`coda.data.FAMILIES`: a LIBERO run's are not re-simulated here). Per mode the diagnoses the report lists
+    for it (its first `FAILURES_PER_MODE`) whose scene is in memory; `record_keyframes` keeps the first
+    `per_mode` that re-simulate."""
+    from coda.data import FAMILIES
+    from coda.report.html_parts import FAILURES_PER_MODE, sorted_modes
+
+    specs = {s["scene_hash"] for s in mem.rows("scenes")}
+    by_mode: dict[str, list[dict]] = {}
+    for d in mem.rows("diagnoses"):
+        if d["mode_id"] is not None:
+            by_mode.setdefault(d["mode_id"], []).append(d)
+    per_family: dict[str, list] = {}
+    for m in sorted_modes(mem):
+        diagnoses = [d for d in by_mode.get(m.mode_id, [])[:FAILURES_PER_MODE] if d["scene_hash"] in specs]
+        if diagnoses and per_mode > 0 and m.family in FAMILIES:
+            per_family.setdefault(m.family, []).append((m, diagnoses))
+    order = []
+    for k in range(max((len(v) for v in per_family.values()), default=0)):
+        order += [modes[k] for modes in per_family.values() if k < len(modes)]
+    return order[:limit]
+
+
+def record_keyframes(
+    run_dir: str | Path,
+    folder: str | Path,
+    *,
+    data_dir: str | Path,
+    params: str | Path = "params.yaml",
+    sft_dir: str | Path | None = None,
+    image_size: int = RECORD_IMAGE_SIZE,
+    per_mode: int = RECORD_PER_MODE,
+    limit: int = RECORD_LIMIT,
+) -> dict[str, Any]:
+    """Re-simulate a few diagnosed failures of finished run `run_dir` (its latest snapshot) and save their
+    keyframes into `folder` (`save_keyframes`: ``<diagnosis_id>.png``, ``.gif`` and ``keyframes.json``):
+    at most `per_mode` per difficulty mode and `limit` in all, the modes and diagnoses `record_candidates`
+    orders; a diagnosis whose round's actor is not in the run directory (`CheckpointMissing`) or whose
+    re-simulation fails is skipped for the mode's next one. A re-simulation that differs from the recorded
+    rollout is stored with that label (its row says how it differs). The bytes depend only on the run, the
+    params and the scenes' assets when this process runs under the numerics pin (`coda.numerics`; the
+    `coda` command does). Returns ``stored``, ``matching``, ``skipped`` (diagnosis id -> why) and
+    ``bytes`` (and ``why`` when no failure is a candidate)."""
+    from coda.memory.store import latest_snapshot, load_snapshot
+
+    run_dir, folder = Path(run_dir), Path(folder)
+    mem = load_snapshot(latest_snapshot(run_dir))
+    specs: dict[str, str] = {}
+    for s in mem.rows("scenes"):
+        specs.setdefault(s["scene_hash"], s["spec_json"])
+    rollouts = {r["rollout_id"]: r for r in mem.rows("rollouts")}
+    candidates = record_candidates(mem, per_mode, limit)
+    if not candidates:
+        why = "no diagnosed failure of a PyBullet task family with its scene in memory"
+        return {"stored": 0, "matching": 0, "skipped": {}, "bytes": 0, "why": why}
+    rows, skipped = [], {}
+    renderer = KeyframeRenderer(run_dir, data_dir, params=params, sft_dir=sft_dir, image_size=image_size)
+    try:
+        for _, diagnoses in candidates:
+            kept = 0
+            for d in diagnoses:
+                if kept >= per_mode:
+                    break
+                try:
+                    kf = renderer.keyframes(d, rollouts.get(d["rollout_id"]), specs[d["scene_hash"]])
+                except Exception as err:  # no checkpoint, or a failed re-simulation: the mode's next one
+                    skipped[str(d["diagnosis_id"])] = f"{type(err).__name__}: {' '.join(str(err).split())}"
+                    continue
+                if kf.frames:
+                    rows.append(save_keyframes(kf, d, folder))
+                    kept += 1
+    finally:
+        renderer.close()
+    size = sum(p.stat().st_size for p in folder.iterdir()) if folder.is_dir() else 0
+    return {
+        "stored": len(rows),
+        "matching": sum(bool(r["matches"]) for r in rows),
+        "skipped": skipped,
+        "bytes": size,
+    }
+
+
+def record_keyframes_pinned(run_dir: str | Path, folder: str | Path, **kw) -> dict[str, Any]:
+    """`record_keyframes` in this process when it runs under the numerics pin (the `coda` command), else in a
+    child process started under it (``python -m coda.report.keyframes``): stored bytes never depend on
+    the caller's CPU."""
+    import os
+    import subprocess
+    import sys
+
+    from coda import numerics
+
+    if not numerics.enabled() or numerics.started_pinned():
+        return record_keyframes(run_dir, folder, **kw)
+    args = [sys.executable, "-m", "coda.report.keyframes", str(run_dir), str(folder)]
+    for key, value in kw.items():
+        if value is not None:
+            args += [f"--{key.replace('_', '-')}", str(value)]
+    env = {**os.environ, **numerics.pinned_env()}
+    proc = subprocess.run(args, capture_output=True, text=True, env=env)
+    if proc.returncode:
+        raise RuntimeError(f"record_keyframes failed in a pinned process: {proc.stderr.strip()[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m coda.report.keyframes RUN FOLDER --data-dir D [...]``: `record_keyframes`, its result as
+    one JSON line (what `record_keyframes_pinned` runs under the pin)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m coda.report.keyframes")
+    ap.add_argument("run_dir")
+    ap.add_argument("folder")
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--sft-dir", default=None)
+    for name in ("image-size", "per-mode", "limit"):
+        ap.add_argument(f"--{name}", type=int, default=argparse.SUPPRESS)
+    args = vars(ap.parse_args(argv))
+    print(json.dumps(record_keyframes(args.pop("run_dir"), args.pop("folder"), **args)))
+
+
+if __name__ == "__main__":
+    main()

@@ -5,7 +5,11 @@ The page (no external URL, no JavaScript; charts and scene images embedded as ba
 difficulty modes of the latest snapshot (validated first, then by importance), the hardness and learning
 progress of the validated modes over the rounds, every program of the latest snapshot as JSON with its
 lineage (the scenes generated from it and the success of the rollouts on them) and, per mode, example
-failures with their failing scene rendered (`coda.report.render.render_views`) when the data folder exists.
+failures: keyframes of the failing rollout (front and rear figure views, `coda.sim.world.FIGURE_CAMERAS`)
+stored with a record (``RECORD/keyframes/``, written by `coda record`) or re-simulated from a run
+directory's checkpoints, else the failing scene's initial state (`coda.report.render.render_views`) when
+the data folder exists. The keyframes are also files beside the page (``<page>_keyframes/``: PNG strips,
+GIFs the page links to, ``keyframes.json``).
 
 Snapshots are read only through `coda.memory.store.load_snapshot`, which verifies them; every text that
 comes from memory (causes, program documents, ids) is untrusted and HTML-escaped (`esc`).
@@ -16,9 +20,7 @@ Example:
 
 from __future__ import annotations
 
-import base64
 import csv
-import html
 import io
 import json
 import math
@@ -28,10 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from coda.errors import UserError
+from coda.report.failure_images import MAX_IMAGES, keyframe_renderer, scene_renderer
+from coda.report.html_parts import FAILURES_PER_MODE, array_img, esc, png_uri, sorted_modes
 
-MAX_IMAGES = 24  # rendered failing scenes per page, so that a report stays small
+__all__ = ["FAILURES_PER_MODE", "array_img", "esc", "sorted_modes"]  # kept importable from the page
+
+IMAGE_SIZE = 160  # pixels per camera view
 MAX_CHART_MODES = 12  # validated modes drawn in the hardness and learning-progress charts
-FAILURES_PER_MODE = 3
 MAX_LINEAGE_ROWS = 40  # scenes listed per program
 
 STYLE = """
@@ -45,12 +50,8 @@ details { margin: 0.3em 0; }
 .note { color: #666; font-style: italic; }
 .failure { border-left: 3px solid #c66; padding-left: 0.6em; margin: 0.6em 0; }
 code { font-size: 0.9em; }
+img.keyframes { max-width: 100%; height: auto; }
 """
-
-
-def esc(value: Any) -> str:
-    """HTML-escaped text of `value` (quotes too, so that it is safe in attributes); None is a dash."""
-    return "\u2014" if value is None else html.escape(str(value), quote=True)
 
 
 def fmt(value: Any, digits: int = 3) -> str:
@@ -147,90 +148,12 @@ def _pyplot():
     return plt
 
 
-def png_uri(data: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-
-
 def figure_img(fig, alt: str) -> str:
     plt = _pyplot()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
     return f'<img class="chart" alt="{esc(alt)}" src="{png_uri(buf.getvalue())}">'
-
-
-def array_img(image, alt: str) -> str:
-    from matplotlib import image as mpimage
-
-    buf = io.BytesIO()
-    mpimage.imsave(buf, image, format="png", metadata={"Software": None})
-    return f'<img class="scene" alt="{esc(alt)}" src="{png_uri(buf.getvalue())}">'
-
-
-def keyframes_html(kf, diagnosis: dict[str, Any]) -> str:
-    """The keyframes of a re-simulated rollout (`coda.report.keyframes.Keyframes`) as one ``<img>`` strip
-    (left to right, each frame its front and side views) under its label: whether the re-simulation matches
-    the recorded rollout."""
-    import numpy as np
-
-    order = "; ".join(esc(name) for name, _ in kf.frames)
-    alt = f"rollout {diagnosis.get('rollout_id')}: {len(kf.frames)} keyframes, front and side views"
-    img = array_img(np.concatenate([frame for _, frame in kf.frames], axis=1), alt)
-    return (
-        f'<p class="note">{esc(kf.label)}. Frames, left to right: {order} (each: front | side view)</p>'
-        + img.replace('class="scene"', 'class="keyframes"', 1)
-    )
-
-
-def scene_renderer(
-    data_dir: str | Path,
-    image_size: int,
-    limit: int = MAX_IMAGES,
-    keyframes: Callable | None = None,
-    keyframes_dir: str | Path | None = None,
-) -> Callable[..., str]:
-    """``render(spec_json, diagnosis=None, rollout=None)`` -> an ``<img>``: with `keyframes` (a
-    `coda.report.keyframes.KeyframeRenderer`) and a diagnosis, keyframes of the failing rollout re-simulated
-    from the run's checkpoint (also saved as files in `keyframes_dir`, when given:
-    `coda.report.keyframes.save_keyframes`); else (or when the checkpoint is missing) the scene's initial
-    front and side views. A note instead once `limit` images are on the page, or when the scene does not
-    render."""
-    from coda.report.render import render_views
-    from coda.sim.scene import SceneSpec
-
-    count = 0
-
-    def render(spec_json: str, diagnosis: dict | None = None, rollout: dict | None = None) -> str:
-        nonlocal count
-        if count >= limit:
-            return f'<p class="note">image limit reached ({limit} per page)</p>'
-        note = ""
-        if keyframes is not None and diagnosis is not None:
-            try:
-                kf = keyframes(diagnosis, rollout, spec_json)
-            except Exception as err:  # a failed re-simulation must not stop the report
-                kf = None
-                note = f"could not re-simulate the rollout: {type(err).__name__}: {err}"
-            if kf is not None and kf.frames:
-                count += 1
-                if keyframes_dir is not None:
-                    from coda.report.keyframes import save_keyframes
-
-                    save_keyframes(kf, diagnosis, keyframes_dir)
-                return keyframes_html(kf, diagnosis)
-            note = note or "no checkpoint to re-simulate the rollout with: the scene's initial state"
-        note = f'<p class="note">{esc(note)}</p>' if note else ""
-        try:
-            scene = SceneSpec.from_json(spec_json)
-            img = render_views(scene, data_dir, image_size)
-        except Exception as err:  # a bad spec in memory must not stop the report
-            return note + (
-                f'<p class="note">could not render the scene: {esc(type(err).__name__)}: {esc(err)}</p>'
-            )
-        count += 1
-        return note + array_img(img, f"scene {scene.hash}: front and side views")
-
-    return render
 
 
 # -- sections ----------------------------------------------------------------------------------------------
@@ -311,11 +234,6 @@ def run_section(run: dict[str, Any]) -> str:
         out.append('<p class="note">no round was evaluated</p>')
     out += ["<h3>Training losses</h3>", loss_chart(run["train_log"])]
     return "\n".join(out)
-
-
-def sorted_modes(mem) -> list:
-    """The modes, validated first, then by importance (highest first), then by id."""
-    return sorted(mem.modes(), key=lambda m: (m.status != "validated", -(m.importance or 0.0), m.mode_id))
 
 
 def _program_link(pid: str | None, programs: dict[str, Any]) -> str:
@@ -456,8 +374,8 @@ def failure_html(d: dict[str, Any], image: str) -> str:
 
 def failures_section(mem, render: Callable[..., str] | None, no_images: str = "") -> str:
     """Up to `FAILURES_PER_MODE` diagnoses per mode (modes in table order), with `render(spec_json,
-    diagnosis, rollout)` (`scene_renderer`) of the failing scene or rollout; with `render` None, `no_images`
-    says why there are no images."""
+    diagnosis, rollout)` (`scene_renderer`) of the failing scene or rollout; `no_images` says why there are
+    no images (with `render` None) or why only some."""
     rollouts = {row["rollout_id"]: row for row in mem.rows("rollouts")}
     specs: dict[str, str] = {}
     for s in mem.rows("scenes"):
@@ -467,7 +385,7 @@ def failures_section(mem, render: Callable[..., str] | None, no_images: str = ""
         if d["mode_id"] is not None:
             by_mode[d["mode_id"]].append(d)
     out = ['<h2 id="failures">Example failures per mode</h2>']
-    if render is None:
+    if no_images:
         out.append(f'<p class="note">{esc(no_images)}</p>')
     for m in sorted_modes(mem):
         out.append(f'<h3 id="{anchor("failures", m.mode_id)}">{esc(m.mode_id)} ({esc(m.status)})</h3>')
@@ -525,7 +443,7 @@ def build_report(
     run_dir: str | Path,
     out: str | Path,
     data_dir: str | Path = "data",
-    image_size: int = 128,
+    image_size: int = IMAGE_SIZE,
     max_images: int = MAX_IMAGES,
     *,
     params: str | Path = "params.yaml",
@@ -533,32 +451,53 @@ def build_report(
     resimulate: bool = True,
     keyframes_dir: str | Path | None = None,
 ) -> Path:
-    """Write the report of the run `run_dir` to `out`; returns its path. With `resimulate`, each example
-    failure shows keyframes of its rollout re-simulated from the run's checkpoints (`coda.report.keyframes`;
-    the world settings from `params`' profile, round 1's actor from `sft_dir`, by default the pipeline's
-    runs/sft), also saved as PNG and GIF files with a ``keyframes.json`` index in `keyframes_dir` (default:
-    ``<out stem>_keyframes/`` beside the page); without, or where that is impossible, the failing scene's
-    initial state."""
+    """Write the report of the run `run_dir` to `out`; returns its path. An example failure whose keyframes
+    the record keeps (``run_dir/keyframes/``, `coda record`) shows those; else, with `resimulate`, keyframes
+    of its rollout re-simulated from the run's checkpoints (`coda.report.keyframes`; the world settings from
+    `params`' profile, round 1's actor from `sft_dir`, by default the pipeline's runs/sft); without, or
+    where that is impossible, the failing scene's initial state. The keyframes shown are also PNG and GIF
+    files with a ``keyframes.json`` index in `keyframes_dir` (default: ``<out stem>_keyframes/`` beside the
+    page), and the page links each GIF there."""
+    from coda.report.keyframes import INDEX, RECORD_FOLDER, read_index
+
     if image_size < 1:
         raise UserError(f"--image-size: expected pixels >= 1, got {image_size}")
     run = load_run(run_dir)
     data_dir = Path(data_dir)
+    stored_dir = Path(run_dir) / RECORD_FOLDER
+    stored = read_index(stored_dir)
+    have_data = (data_dir / "manifest.json").is_file()
     render, no_images = None, ""
-    if not (data_dir / "manifest.json").is_file():
-        no_images = f"no scene images: the data folder {data_dir}/ is missing (pass --data, e.g. scenes)"
-    elif max_images <= 0:
+    if max_images <= 0:
         no_images = "no scene images (image limit 0)"
+    elif not have_data and stored:
+        no_images = (
+            f"the data folder {data_dir}/ is missing: the failures show the keyframes stored with the record "
+            "(pass --data, e.g. scenes, for the others' scenes)"
+        )
+    elif not have_data:
+        no_images = f"no scene images: the data folder {data_dir}/ is missing (pass --data, e.g. scenes)"
     out = Path(out)
     if keyframes_dir is None:
         keyframes_dir = out.with_name(f"{out.stem}_keyframes")
     keyframes_dir = Path(keyframes_dir)
-    if (keyframes_dir / "keyframes.json").is_file():  # a new report replaces the old one's keyframes
-        (keyframes_dir / "keyframes.json").unlink()
+    same = keyframes_dir.resolve() == stored_dir.resolve()  # never rewrite a record's own keyframes
+    if (keyframes_dir / INDEX).is_file() and not same:  # a new report replaces the old one's keyframes
+        (keyframes_dir / INDEX).unlink()
     keyframes = None
-    if not no_images:
-        if resimulate:
-            keyframes = _keyframe_renderer(run_dir, data_dir, params, sft_dir, image_size)
-        render = scene_renderer(data_dir, image_size, max_images, keyframes, keyframes_dir)
+    if max_images > 0 and (have_data or stored):
+        if resimulate and have_data:
+            keyframes = keyframe_renderer(run_dir, data_dir, params, sft_dir, image_size)
+        render = scene_renderer(
+            data_dir if have_data else None,
+            image_size,
+            max_images,
+            keyframes,
+            None if same else keyframes_dir,
+            stored=stored,
+            stored_dir=stored_dir,
+            page_dir=out.parent,
+        )
     try:
         text = page(run, render, no_images)
     finally:
@@ -567,14 +506,3 @@ def build_report(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text, encoding="utf-8")
     return out
-
-
-def _keyframe_renderer(run_dir, data_dir, params, sft_dir, image_size):
-    """A `KeyframeRenderer` for the run, or None when the params (or the run's profile in them) do not
-    load: the page then shows initial states only."""
-    from coda.report.keyframes import KeyframeRenderer
-
-    try:
-        return KeyframeRenderer(run_dir, data_dir, params=params, sft_dir=sft_dir, image_size=image_size)
-    except Exception:  # no params.yaml here, another profile: no re-simulation, still a report
-        return None

@@ -39,6 +39,14 @@ MAX_LEAD = 0.1  # target may lead the measured end effector by at most this much
 DOWN_QUAT = p.getQuaternionFromEuler([np.pi, 0.0, 0.0])
 # (eye, target): over the robot's left shoulder, and from the right side
 CAMERAS = (((0.05, 0.5, 0.7), (0.55, 0.0, 0.05)), ((0.55, -0.85, 0.55), (0.5, 0.0, 0.05)))
+# (name, eye, target) of the views for figures (`World.figure_cameras`): from in front of the table on the
+# robot's right, and from behind its left shoulder, both far enough to hold the whole arm and the workspace.
+# For pictures only: the policy observes `CAMERAS`.
+FIGURE_CAMERAS = (
+    ("front", (1.3, -0.95, 1.25), (0.38, 0.0, 0.3)),
+    ("rear", (-0.75, 0.95, 1.35), (0.55, -0.08, 0.12)),
+)
+FIGURE_FOV = 46  # degrees, vertical
 _ACTION_SCALE = ACTION_SCALE.tolist()  # Python-float copies for the per-step controller arithmetic
 _WORKSPACE_LO, _WORKSPACE_HI = WORKSPACE_LO.tolist(), WORKSPACE_HI.tolist()
 _FINGER_FORCES = [FINGER_FORCE] * 2
@@ -364,6 +372,24 @@ class World:
             )
             out.append(np.asarray(rgba, dtype=np.uint8).reshape(self.image_size, self.image_size, 4)[..., :3])
         return np.stack(out)
+
+    def figure_cameras(self, image_size: int | None = None, segmentation: bool = False):
+        """The `FIGURE_CAMERAS` views (front, rear) for pictures of the robot in its scene: (2, H, W, 3) uint8
+        at `image_size` pixels (default: the world's), TinyRenderer (CPU); with `segmentation` also
+        (2, H, W) int32, the body id seen at each pixel (-1: nothing). Reads the state, simulates nothing."""
+        if not self.render:
+            raise RuntimeError("World(render=True) is needed for camera images")
+        size = image_size or self.image_size
+        images, masks = [], []
+        for _, eye, target in FIGURE_CAMERAS:
+            view = p.computeViewMatrix(eye, target, [0, 0, 1], physicsClientId=self.client)
+            proj = p.computeProjectionMatrixFOV(FIGURE_FOV, 1.0, 0.05, 5.0, physicsClientId=self.client)
+            _, _, rgba, _, seg = p.getCameraImage(
+                size, size, view, proj, renderer=p.ER_TINY_RENDERER, physicsClientId=self.client
+            )
+            images.append(np.asarray(rgba, dtype=np.uint8).reshape(size, size, 4)[..., :3])
+            masks.append(np.asarray(seg, dtype=np.int32).reshape(size, size))
+        return (np.stack(images), np.stack(masks)) if segmentation else np.stack(images)
 
     def collision_pairs(self) -> list[tuple[int, int, float]]:
         """Object-object and object-robot penetrations: (i, j, depth) with j = -1 for the robot."""

@@ -142,7 +142,8 @@ def test_record_keeps_the_results_without_checkpoints_and_reads_like_the_run(cod
 
     rec = tmp_path / "records" / "coda-0"
     report = json.loads(coda("record", reference_run, rec).stdout)
-    assert sorted(p.name for p in rec.iterdir()) == sorted([*report["files"], "memory"])
+    stored = ["keyframes"] if (rec / "keyframes").is_dir() else []  # a few failures' keyframes, when made
+    assert sorted(p.name for p in rec.iterdir()) == sorted([*report["files"], "memory", *stored])
     assert {"run.json", "rounds.json", "metrics.json", "train_log.csv"} <= set(report["files"])
     assert report["snapshots"] == ["round-0001", "round-0002"]
     assert not (rec / "rounds").exists() and not (rec / "actor").exists()
