@@ -8,7 +8,7 @@ field) and exposes the canonical fields as attributes; nested objects are read-o
 time, so ``GenerationProgram.from_doc(view.doc) == view``.
 
 Both program dialects share one view class per kind: the fields of the other dialect are None (a LIBERO
-generation program has ``task`` and ``shift``/``swap``/``paraphrase``/``retarget`` but no ``roles``; ``is_libero`` says
+generation program has ``task`` and ``shift``/``place``/``swap``/``paraphrase``/``retarget`` but no ``roles``; ``is_libero`` says
 which).
 
 Example:
@@ -100,6 +100,7 @@ class GenerationProgram(_ProgramView):
     # LIBERO suites (coda.memory.libero_programs)
     task: int | None = None
     shift: Mapping[str, Any] | None = None
+    place: Mapping[str, Any] | None = None  # LIBERO: an absolute table position for the object
     swap: Mapping[str, Any] | None = None
     paraphrase: Mapping[str, Any] | None = None
     retarget: Mapping[str, Any] | None = None  # LIBERO: the instruction names another object of the scene
