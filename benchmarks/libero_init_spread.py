@@ -16,9 +16,9 @@ import json
 import numpy as np
 
 from coda.config import load_params
+from coda.domains.libero_episodes import N_INIT
 from coda.sim.libero import LiberoEnv, require
 from coda.sim.libero.diagnose import LiberoDiagnoser
-from coda.sim.libero.episodes import N_INIT
 
 
 def spread(suite: str, task: int, demo_states: int, eval_states: int) -> list[float]:

@@ -41,11 +41,11 @@ BIN = Path(sys.executable).parent
 # (label, file suffix, function name): the parts of a `coda run` that cProfile's cumulative times report
 RUN_PARTS = (
     ("load_params", "coda/config/loading.py", "load_params"),
-    ("domain_setup", "coda/sim/domain.py", "__init__"),
+    ("domain_setup", "coda/domains/pybullet.py", "__init__"),
     ("executor_start", "coda/commands.py", "_executor"),
     ("loop_setup", "coda/coevolve/loop.py", "__init__"),
     ("sft_load_fresh", "coda/coevolve/state.py", "fresh"),
-    ("rehearsal", "coda/sim/domain.py", "rehearsal"),
+    ("rehearsal", "coda/domains/pybullet.py", "rehearsal"),
     ("rounds", "coda/coevolve/loop.py", "round"),
     ("evaluate_only", "coda/coevolve/loop.py", "_evaluate_only"),
     ("checkpoint_save", "coda/coevolve/state.py", "save"),
@@ -156,7 +156,7 @@ def dvc_phases(repo: Path, stage: str) -> dict:
 def import_phases(repo: Path) -> dict:
     """Cumulative import seconds per top-level package, importing what a run stage imports."""
     code = (
-        "import coda.cli, coda.commands, coda.coevolve, coda.sim.domain, coda.learn.policies, coda.memory.store, "
+        "import coda.cli, coda.commands, coda.coevolve, coda.domains.pybullet, coda.learn.policies, coda.memory.store, "
         "coda.learn.text, coda.sim.world"
     )
     t0 = time.perf_counter()

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from coda.config.sections import FAMILIES
 from coda.sim.families import REGISTRY
 from coda.sim.families.ranges import REGIMES, SUITES, regime, render_markdown
 from coda.sim.scene import SceneSpec
 
-FAMILIES = ("pick_place", "stack", "drawer", "push")
 N_SEED_LAYOUTS = 500  # paper: 500 seed layouts (split evenly across the four families)
 SUITE_SIZE = 100  # paper: four held-out suites of 100 environments per family
 MAX_ATTEMPTS = 6  # draws per scene slot before it is left empty (rejected scenes are counted)

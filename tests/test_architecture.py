@@ -114,17 +114,20 @@ def test_no_module_over_600_lines():
 
 
 def test_the_loop_does_not_import_a_simulator():
-    """`coda.coevolve` reaches simulators only through the `Domain` interface (the PyBullet entry point
-    `run_method` excepted, which builds its domain)."""
+    """`coda.coevolve` reaches simulators only through the `Domain` interface: `make_loop` builds its domain
+    from the registry (`coda.domains`), which imports a simulator only when asked."""
     graph = import_graph()
+    assert not {t for t in graph["coda.domains"] if t != "coda.domains"}, graph["coda.domains"]
     for m in (
+        "coda.coevolve.loop",
+        "coda.coevolve.domain",
         "coda.coevolve.modes",
         "coda.coevolve.train",
         "coda.coevolve.schedule",
         "coda.coevolve.state",
         "coda.coevolve.methods",
     ):
-        sims = {t for t in graph[m] if t.startswith("coda.sim") or t.startswith("coda.libero")}
+        sims = {t for t in graph[m] if t.startswith(("coda.sim", "coda.libero", "coda.domains."))}
         assert not sims, f"{m} imports {sims}"
 
 
@@ -137,7 +140,7 @@ LAYERS = (
     ("coda.learn",),
     ("coda.memory",),
     ("coda.engine", "coda.libero.programs"),
-    ("coda.sim.domain", "coda.sim.libero.domain", "coda.sim.libero.episodes"),  # the Domain implementations
+    ("coda.domains",),  # the Domain implementations and their registry
     ("coda.coevolve",),
     ("coda.scaling", "coda.regimes", "coda.libero", "coda.commands"),
     ("coda.report", "coda.maintenance", "coda.differences", "coda.verify"),
@@ -161,3 +164,15 @@ def test_every_module_imports_only_its_layer_and_those_below():
         f"{a} -> {b}" for a, targets in import_graph().items() for b in targets if layer_of(b) > layer_of(a)
     )
     assert not upward, "imports of a higher layer: " + "; ".join(upward)
+
+
+def test_no_function_over_80_lines_in_the_loop_and_the_domains():
+    long = []
+    for package in ("coevolve", "domains"):
+        for p in sorted((CODA / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(p.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    n = node.end_lineno - node.lineno + 1
+                    if n > 80:
+                        long.append(f"{p.relative_to(CODA.parent)}:{node.name} ({n} lines)")
+    assert not long, f"functions over 80 lines: {long}"

@@ -21,7 +21,7 @@ from coda.engine.diagnose import (
     render_keyframes,
 )
 from coda.engine.factors import FACTORS, PHASE_FACTORS
-from coda.learn.predicates import ProgramError
+from coda.errors import ProgramError
 from coda.sim.families import REGISTRY
 from coda.sim.rollout import RolloutRecord, plan_episode, run_episode
 

@@ -184,7 +184,7 @@ def test_every_held_out_suite_s_evaluation_episodes_land_in_its_own_region(task)
 
     if not libero.available():
         pytest.skip(f"LIBERO is not installed ({libero.EXTRA_HINT})")
-    from coda.sim.libero.episodes import SuiteObservation, suite_objects
+    from coda.domains.libero_episodes import SuiteObservation, suite_objects
 
     objects = suite_objects("libero_object")
     observe = SuiteObservation(objects)

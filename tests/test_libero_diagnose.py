@@ -112,7 +112,7 @@ def test_the_domain_diagnoses_from_the_rollout_alone():
     """`LiberoDomain.diagnose` never reads the built environment (the variant JSON with its shifts, swap,
     paraphrase and program id), and the rollout view keeps no record `meta` (where the episode notes the
     shifts it applied)."""
-    from coda.sim.libero.domain import LiberoDomain, LiberoRollout
+    from coda.domains.libero import LiberoDomain, LiberoRollout
 
     domain = LiberoDomain.__new__(LiberoDomain)
     domain.diagnoser, domain.reference = DIAG, reference()

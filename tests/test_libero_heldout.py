@@ -90,7 +90,7 @@ def test_paraphrases_never_draw_a_held_out_instruction():
 
 def _domain(c) -> object:
     """A LiberoDomain of source task 0 without the simulator: what `_variant` and `build` read."""
-    from coda.sim.libero.domain import LiberoDomain
+    from coda.domains.libero import LiberoDomain
 
     d = LiberoDomain.__new__(LiberoDomain)
     d.c, d.seed = c, 0
@@ -199,7 +199,7 @@ def test_no_retarget_or_paraphrase_of_any_source_task_is_a_held_out_combination(
     retarget instruction or paraphrase (every template, wording of in/on, with and without articles) reads as
     a held-out `_lan`/`_task` instruction once the held-out ones are avoided."""
     lib = _libero()
-    from coda.sim.libero import episodes as le
+    from coda.domains import libero_episodes as le
 
     c = load_params("params.yaml", profile="cpu").libero
     for t in range(lib.n_tasks("libero_object")):

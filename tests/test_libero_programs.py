@@ -276,7 +276,7 @@ def test_a_placed_variant_exhibits_its_placement_program_only():
     shift by the same numbers, nor a placement elsewhere."""
     import json
 
-    from coda.sim.libero.domain import LiberoDomain
+    from coda.domains.libero import LiberoDomain
 
     domain = LiberoDomain.__new__(LiberoDomain)
     doc = lp.validate_generation(place())

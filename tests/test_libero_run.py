@@ -10,11 +10,11 @@ import json
 import numpy as np
 import pytest
 
+from coda.domains import libero_episodes as le
+from coda.domains.libero import LiberoRollout, PhasePotential
 from coda.learn.train import pack_demos, unpack_demos
 from coda.libero import programs as lp
 from coda.libero import run as lr
-from coda.sim.libero import episodes as le
-from coda.sim.libero.domain import LiberoRollout, PhasePotential
 
 
 def test_suite_observation_marks_present_objects_relative_to_the_hand():
@@ -144,7 +144,7 @@ def test_the_domain_evaluates_the_curve_states_every_round_and_all_of_them_at_th
     """After every round: every suite on the curve's states, critic-guided; after the last round: every
     evaluation state, and the policy alone too. The round's coverage comes with either."""
     from coda.config import load_params
-    from coda.sim.libero import domain as ld
+    from coda.domains import libero as ld
 
     cfg = load_params("params.yaml", profile="cpu")
     calls = []
@@ -170,7 +170,7 @@ def test_the_domain_evaluates_the_curve_states_every_round_and_all_of_them_at_th
 
 
 def test_the_domain_rehearses_every_sft_demonstration_of_every_task():
-    from coda.sim.libero.domain import LiberoDomain
+    from coda.domains.libero import LiberoDomain
 
     domain = LiberoDomain.__new__(LiberoDomain)
     domain.sft_demos = [{"instruction": f"task {t}", "k": k} for t in range(3) for k in range(4)]

@@ -54,3 +54,15 @@ def test_no_stage_depends_on_the_command_line_parser():
     command does not invalidate finished runs."""
     for name, deps in _stage_deps().items():
         assert "coda/cli.py" not in deps, name
+
+
+def test_run_stages_depend_on_their_own_domain_only():
+    """A PyBullet run stage reads the PyBullet domain and the registry, not the LIBERO-Pro domain; a LIBERO stage
+    the LIBERO-Pro domain."""
+    deps = _stage_deps()
+    runs = [n for n, d in deps.items() if "coda/memory/store.py" in d]
+    for name in runs:
+        assert {"coda/domains/__init__.py", "coda/domains/pybullet.py"} <= set(deps[name]), name
+        assert not any(d.startswith("coda/domains/libero") for d in deps[name]), name
+    for name in ("libero_sft", "libero_coda", "libero_uniform"):
+        assert {"coda/domains/libero.py", "coda/domains/libero_episodes.py"} <= set(deps[name]), name

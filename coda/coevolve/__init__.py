@@ -6,8 +6,8 @@
 * `train` — demonstrations, critic TD and AWR + imitation for a round (`Trainer`);
 * `schedule` — fixed and adaptive round scheduling (`RoundScheduler`);
 * `state` — run state, checkpoints and resumption (`RunState`);
-* `domain` — the simulator interface (`Domain`), implemented by `coda.sim.domain.PyBulletDomain` and
-  `coda.sim.libero.domain.LiberoDomain`.
+* `domain` — the simulator interface (`Domain`), implemented by `coda.domains.pybullet.PyBulletDomain` and
+  `coda.domains.libero.LiberoDomain`.
 
 See docs/ARCHITECTURE.md for one round step by step.
 """

@@ -1,8 +1,8 @@
 """The `Domain` interface: what the co-evolution loop needs from a simulator.
 
 The loop (`coda.coevolve.loop`) is written once; a domain supplies its environments and everything that
-reads them. Two implementations: `coda.sim.domain.PyBulletDomain` (the four PyBullet task families) and
-`coda.sim.libero.domain.LiberoDomain` (LIBERO-Pro source tasks).
+reads them. Two implementations: `coda.domains.pybullet.PyBulletDomain` (the four PyBullet task families) and
+`coda.domains.libero.LiberoDomain` (LIBERO-Pro source tasks).
 
 Environments travel as JSON strings (a PyBullet `SceneSpec`, a LIBERO variant) and requests as
 `coda.engine.generate.EnvRequest`s; a built environment is a dict with ``scene`` (JSON, None when

@@ -292,19 +292,7 @@ class Loop:
         elif method.writes_memory:
             self.modes.validate_by_recurrence(r)
         # 4. potentials -> replay; demonstrations (the same budget and selection rule for every method)
-        added = [
-            (
-                q.split,
-                s.replay.add_record(
-                    rec, potential=self.modes.potential_for(q, rec, diagnoses), gamma=c.gamma, split=q.split
-                ),
-            )
-            for q, _, rec in rollouts
-        ]
-        self.trainer.record.add_replay(r, added, s.replay.composition())
-        self.trainer.collect_demos(r, rollouts)
-        for _, v, _ in rollouts:  # what the policy is now trained on (the diagnoser's reference)
-            domain.observe_trained(v["scene"])
+        self._shape_and_demonstrate(r, rollouts, diagnoses)
         clock.lap("diagnose_validate")
         # 5. train: critic, then AWR (+ imitation) on the LoRA adapters or all weights
         round_updates, track = self.trainer.train(r, rollouts, clock)
@@ -333,6 +321,27 @@ class Loop:
             time.process_time() - cpu0,
             domain.worker_cpu_s - worker0,
         )
+
+    def _shape_and_demonstrate(self, r: int, rollouts: list[Rollout], diagnoses: Any) -> None:
+        """Each rollout enters the replay with its potential; planner demonstrations join the imitation set
+        (both recorded in ``trained_on.json``); the domain learns what the policy is now trained on."""
+        s = self.state
+        added = [
+            (
+                q.split,
+                s.replay.add_record(
+                    rec,
+                    potential=self.modes.potential_for(q, rec, diagnoses),
+                    gamma=self.c.gamma,
+                    split=q.split,
+                ),
+            )
+            for q, _, rec in rollouts
+        ]
+        self.trainer.record.add_replay(r, added, s.replay.composition())
+        self.trainer.collect_demos(r, rollouts)
+        for _, v, _ in rollouts:  # what the policy is now trained on (the diagnoser's reference)
+            self.domain.observe_trained(v["scene"])
 
     def evaluates(self, r: int) -> bool:
         """Whether round r ends with an evaluation: the last round, every `eval_every`-th, and every round
@@ -406,10 +415,10 @@ def run_method(
 
 
 def make_loop(cfg, method: str, seed: int, data_dir, sft_dir, out, executor, memory_from=None) -> Loop:
-    """The PyBullet loop of `method` (without running it)."""
-    from coda.sim.domain import PyBulletDomain
+    """The PyBullet loop of `method` (without running it); the domain comes from the registry."""
+    from coda.domains import make_domain
 
-    domain = PyBulletDomain(cfg, Path(data_dir), seed, executor)
+    domain = make_domain("pybullet", cfg, Path(data_dir), seed, executor)
     return Loop(
         cfg.coevolve,
         METHODS[method],

@@ -265,14 +265,35 @@ class Trainer:
 
     def train(self, r: int, rollouts: list, clock: Any = None) -> tuple[int, list[dict]]:
         """Critic TD steps, then policy updates; returns (updates done, the adaptive schedule's checks)."""
-        from coda.learn.awr import AWRConfig, PolicyUpdater, policy_candidates, train_critic
-        from coda.learn.critic import CriticTD, TDConfig
-        from coda.learn.text import get_encoder
-
         loop = self.loop
-        c, s, seed = loop.c, loop.state, loop.seed
-        torch.manual_seed(seed * 7919 + r)
-        rng = np.random.default_rng([seed, r, 1])
+        torch.manual_seed(loop.seed * 7919 + r)
+        rng = np.random.default_rng([loop.seed, r, 1])
+        losses = self._train_critic(r, rng)
+        if clock is not None:
+            clock.lap("critic")
+        done, track = self._update_policy(r, rollouts, rng)
+        self.critic_loss = float(np.mean(losses[-10:])) if losses else None
+        policy = [row for row in self.log if row["kind"] == "policy"]
+
+        def recent(key: str) -> float | None:
+            return float(np.mean([x[key] for x in policy[-50:]])) if policy else None
+
+        self.round_losses = {
+            "critic_loss": self.critic_loss,
+            "policy_loss": recent("loss"),
+            "awr_loss": recent("awr_loss"),
+            "imitation_loss": recent("imitation_loss"),
+        }
+        if clock is not None:
+            clock.lap("policy_updates")
+        return done, track
+
+    def _train_critic(self, r: int, rng: np.random.Generator) -> list[float]:
+        """The round's TD steps of the chunk critic on the replay (the log starts with them)."""
+        from coda.learn.awr import policy_candidates, train_critic
+        from coda.learn.critic import CriticTD, TDConfig
+
+        c, s, seed = self.loop.c, self.loop.state, self.loop.seed
         if r == 1:  # later rounds keep the first round's normaliser (saved with the critic's weights)
             s.critic.fit_normalizer(s.replay.gather(np.arange(len(s.replay)))["obs"])
         td = CriticTD(s.critic, TDConfig(gamma=c.gamma, temperature=c.temperature))
@@ -293,32 +314,53 @@ class Trainer:
         ]
         s.critic_updates += c.critic_steps
         s.critic.eval()
-        if clock is not None:
-            clock.lap("critic")
-        updater = PolicyUpdater(
-            s.policy,
-            s.critic,
-            AWRConfig(
-                finetune=c.finetune,
-                lora_rank=c.lora_rank,
-                lr=c.lr,
-                j=c.j,
-                beta=c.beta,
-                temperature=c.temperature,
-                imitation_weight=self.imitation_weight(),
-                awr_weight=c.awr_weight,
-                normalize=c.normalize_advantages,
-                seed=seed * 7919 + r,
-            ),
+        return losses
+
+    def _updater(self, r: int) -> Any:
+        """The round's `PolicyUpdater` (AWR + imitation) with the run's settings."""
+        from coda.learn.awr import AWRConfig, PolicyUpdater
+
+        c, s, seed = self.loop.c, self.loop.state, self.loop.seed
+        config = AWRConfig(
+            finetune=c.finetune,
+            lora_rank=c.lora_rank,
+            lr=c.lr,
+            j=c.j,
+            beta=c.beta,
+            temperature=c.temperature,
+            imitation_weight=self.imitation_weight(),
+            awr_weight=c.awr_weight,
+            normalize=c.normalize_advantages,
+            seed=seed * 7919 + r,
         )
+        return PolicyUpdater(s.policy, s.critic, config)
+
+    def _imitation_batch(self, sources: list, rng: np.random.Generator, encode: Any) -> dict | None:
+        """Rehearsal (seed scenes) and this run's demonstrations, `rehearsal_share` of the batch from the first."""
+        if not sources:
+            return None
+        batch_size = self.loop.c.batch_size
+        total = sum(share for _, share in sources)
+        parts = [demo_batch(ds, round(batch_size * share / total), rng) for ds, share in sources]
+        return {
+            "obs": torch.cat([p["obs"] for p in parts]),
+            "instr": encode([t for p in parts for t in p["instr"]]),
+            "chunk": torch.cat([p["chunk"] for p in parts]),
+        }
+
+    def _update_policy(self, r: int, rollouts: list, rng: np.random.Generator) -> tuple[int, list[dict]]:
+        """AWR (+ imitation) updates on replay states, checked by the adaptive schedule; (done, checks)."""
+        from coda.learn.text import get_encoder
+
+        loop = self.loop
+        c, s = loop.c, loop.state
+        updater = self._updater(r)
         sources = [
             (chunk_dataset(d), share)
             for d, share in ((s.rehearsal, c.rehearsal_share), (s.demos, 1 - c.rehearsal_share))
             if d and share > 0
         ]
-        total = sum(share for _, share in sources)
         enc = get_encoder()
-        scheduler = loop.scheduler
         targeted = [(q.mode_id, v["scene"], rec.success) for q, v, rec in rollouts if q.split == "targeted"]
         track: list[dict] = []
         done = 0
@@ -332,16 +374,7 @@ class Trainer:
         for u in progress(range(c.policy_updates), desc=f"round {r}: policy updates"):
             rows = states.rows(u)
             batch = {"obs": states.obs[rows], "instr": states.instr[rows]}
-            imitation = None
-            if (
-                sources
-            ):  # rehearsal (seed scenes) and this run's demonstrations, `rehearsal_share` of the batch
-                parts = [demo_batch(ds, round(c.batch_size * share / total), rng) for ds, share in sources]
-                imitation = {
-                    "obs": torch.cat([p["obs"] for p in parts]),
-                    "instr": enc.encode([t for p in parts for t in p["instr"]]),
-                    "chunk": torch.cat([p["chunk"] for p in parts]),
-                }
+            imitation = self._imitation_batch(sources, rng, enc.encode)
             stats = updater.update(
                 batch, imitation=imitation, candidates=None if scored is None else scored.take(rows)
             )
@@ -358,23 +391,13 @@ class Trainer:
                     "ess_fraction": stats.get("ess_fraction"),
                 }
             )
-            if scheduler.checks_at(done, c.policy_updates):
+            if loop.scheduler.checks_at(done, c.policy_updates):
                 track.append(
-                    scheduler.measure(targeted, done, lambda scenes, d=done: self._check(r, d, scenes))
+                    loop.scheduler.measure(targeted, done, lambda scenes, d=done: self._check(r, d, scenes))
                 )
-                if scheduler.over(track):
+                if loop.scheduler.over(track):
                     break
         s.policy.eval()
-        self.critic_loss = float(np.mean(losses[-10:])) if losses else None
-        policy = [row for row in self.log if row["kind"] == "policy"]
-        self.round_losses = {
-            "critic_loss": self.critic_loss,
-            "policy_loss": float(np.mean([x["loss"] for x in policy[-50:]])) if policy else None,
-            "awr_loss": float(np.mean([x["awr_loss"] for x in policy[-50:]])) if policy else None,
-            "imitation_loss": float(np.mean([x["imitation_loss"] for x in policy[-50:]])) if policy else None,
-        }
-        if clock is not None:
-            clock.lap("policy_updates")
         return done, track
 
     def _scores_per_round(self) -> bool:

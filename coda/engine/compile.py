@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from coda.engine.factors import FACTORS, PHASE_FACTORS, factor_target
-from coda.learn.predicates import ProgramError, library_spec
+from coda.errors import ProgramError
+from coda.learn.predicates import library_spec
 from coda.learn.text2potential import Text2Potential
 from coda.memory.programs import (
     UNSUPPORTED,

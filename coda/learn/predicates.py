@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from coda.errors import ProgramError
 from coda.sim.families import REGISTRY
 from coda.sim.families.base import SceneContext, State, grasp_yaw, yaw_of
 from coda.sim.families.drawer import CLOSED_FRAC, OPEN_FRAC, _frac, _part, _pull_dir
@@ -21,14 +22,6 @@ from coda.sim.families.push import GOAL_TOL, PUSH_Z, _radius
 
 MAX_GRIP = 0.08  # Panda total finger opening (2 x GRIP_OPEN)
 REACH_SCALE = 0.3  # distances (m) beyond which reach-type progress is zero
-
-
-class ProgramError(ValueError):
-    """An invalid training-program fragment or diagnosis; ``field`` locates the problem (``subgoals[2].params.width``)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}")
 
 
 @dataclass(frozen=True)

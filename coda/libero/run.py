@@ -1,5 +1,5 @@
 """The LIBERO-Pro experiment (Table 2): SFT on planner demonstrations, then CoDA rounds through the shared
-co-evolution loop (`coda.coevolve.loop.Loop` over `coda.sim.libero.domain.LiberoDomain`).
+co-evolution loop (`coda.coevolve.loop.Loop` over `coda.domains.libero.LiberoDomain`).
 
 * **SFT**: the scripted planner (`coda.sim.libero.planner`) demonstrates the first ``demo_states`` bundled
   initial states of each source task (one clean demonstration, the others with execution noise, labels
@@ -32,11 +32,7 @@ import numpy as np
 import torch
 
 from coda import numerics
-from coda.learn.train import chunk_dataset, pack_demos, write_json
-from coda.libero import METHODS
-from coda.libero import programs as lp
-from coda.sim.libero import heldout
-from coda.sim.libero.episodes import (
+from coda.domains.libero_episodes import (
     Episode,
     SuiteObservation,
     demo_from,
@@ -45,6 +41,10 @@ from coda.sim.libero.episodes import (
     run_episodes,
     suite_objects,
 )
+from coda.learn.train import chunk_dataset, pack_demos, write_json
+from coda.libero import METHODS
+from coda.libero import programs as lp
+from coda.sim.libero import heldout
 from coda.sim.libero.tables import curve
 
 
@@ -150,9 +150,9 @@ def run_rounds(
     Table 2's row."""
     from coda.coevolve.loop import Loop
     from coda.coevolve.methods import METHODS as LOOP_METHODS
+    from coda.domains import make_domain
     from coda.learn.train import TRAIN_THREADS
     from coda.sim.libero import require
-    from coda.sim.libero.domain import LiberoDomain
 
     if method not in METHODS:
         raise ValueError(f"unknown LIBERO method {method!r}; expected one of {', '.join(METHODS)}")
@@ -161,7 +161,7 @@ def run_rounds(
     sft_dir, out = Path(sft_dir), Path(out)
     c = rounds_config(cfg)
     with make_pool(cfg) as pool:
-        domain = LiberoDomain(cfg, sft_dir, seed, pool)
+        domain = make_domain("libero", cfg, sft_dir, seed, pool)
         loop = Loop(c, LOOP_METHODS[method], seed, domain, sft_dir, out, profile=cfg.profile)
         final = loop.run()
     sft = json.loads((sft_dir / "metrics.json").read_text())

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from coda.learn.predicates import ProgramError
+from coda.errors import ProgramError
 
 __all__ = [
     "ProgramError",

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from coda.config.sections import FAMILIES
 from coda.evaluate import mean_se
 
-# the order of the OOD episodes in a run's `eval_outcomes` (`coda.evaluate.evaluation_items`): by family, then suite
-FAMILIES = ("pick_place", "stack", "drawer", "push")
+# the order of the OOD episodes in a run's `eval_outcomes` (`coda.evaluate.evaluation_items`): by family (FAMILIES), then
+# suite
 SUITES = ("instances", "layouts", "tasks", "categories")
 
 

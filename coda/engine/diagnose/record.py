@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from coda.engine.diagnose.reference import TrainingReference
 from coda.engine.factors import FACTORS
-from coda.learn.predicates import ProgramError
+from coda.errors import ProgramError
 from coda.sim.families import REGISTRY
 from coda.sim.rollout import RolloutRecord
 from coda.sim.scene import SceneSpec

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from coda.engine.factors import FACTORS, PRIMARY_ROLE
-from coda.learn.predicates import ProgramError
+from coda.errors import ProgramError
 from coda.sim.families import REGISTRY
 from coda.sim.families.ranges import RANGES
 from coda.sim.scene import SceneSpec

@@ -17,7 +17,7 @@ import numpy as np
 
 from coda.engine.diagnose.record import MAX_CAUSE_CHARS, Diagnosis, Failure, FailureCritic
 from coda.engine.factors import FACTORS
-from coda.learn.predicates import ProgramError
+from coda.errors import ProgramError
 from coda.sim.rollout import RolloutRecord
 from coda.sim.scene import SceneSpec
 

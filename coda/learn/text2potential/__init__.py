@@ -36,7 +36,8 @@ Example:
 
 from __future__ import annotations
 
-from coda.learn.predicates import ProgramError, library_spec
+from coda.errors import ProgramError
+from coda.learn.predicates import library_spec
 from coda.learn.text2potential.compiler import (
     VARIANTS,
     Text2Potential,

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from coda.learn.predicates import LIBRARY, Predicate, ProgramError
+from coda.errors import ProgramError
+from coda.learn.predicates import LIBRARY, Predicate
 from coda.learn.text2potential.refinement import refine
 from coda.learn.text2potential.rules import EXPANSIONS, default_phases, match_rule, scene_geometry
 from coda.learn.text2potential.schema import DEFAULT_REFINEMENT, validate_fragment

@@ -15,7 +15,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from coda.learn.predicates import ProgramError, library
+from coda.errors import ProgramError
+from coda.learn.predicates import library
 from coda.sim.families import REGISTRY
 
 SCHEMA_KEYS = {

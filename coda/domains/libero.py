@@ -32,11 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from coda.engine.compile import CompileResult
-from coda.libero import programs as lp
-from coda.sim.libero import coverage, heldout
-from coda.sim.libero.diagnose import LiberoDiagnoser, LiberoReference
-from coda.sim.libero.episodes import (
+from coda.domains.libero_episodes import (
     OOD_KINDS,
     Episode,
     demo_from,
@@ -44,6 +40,10 @@ from coda.sim.libero.episodes import (
     run_episodes,
     suite_objects,
 )
+from coda.engine.compile import CompileResult
+from coda.libero import programs as lp
+from coda.sim.libero import coverage, heldout
+from coda.sim.libero.diagnose import LiberoDiagnoser, LiberoReference
 
 
 def task_family(suite: str, task: int) -> str:
