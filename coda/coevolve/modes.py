@@ -101,7 +101,7 @@ class ModeBook:
 
     def bases(self, family: str) -> tuple[list[str], list[str]]:
         """Base scenes of the family's targeted/control pairs, and their hashes: the domain's seed bases and,
-        in a generator space (`Domain.generator_space`), every stored non-control scene of earlier rounds on
+        in a generator space (`GeneratorSpace`), every stored non-control scene of earlier rounds on
         which the policy has succeeded (novel successes, solved variants and replays), so that bases reach the
         generator space as uniform draws do. Their weights are the policy's estimated success on them
         (`RunState.base_weights`)."""
