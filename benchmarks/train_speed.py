@@ -1,6 +1,6 @@
 """Time of one co-evolution policy update and one critic TD step at the `cpu` profile's sizes; prints JSON.
 
-What is timed is what `coda.coevolve.train.Trainer.train` does per step, on the same objects:
+What is timed is what `coda.coevolve.trainer.Trainer.train` does per step, on the same objects:
 
 * critic step (`critic_ms`): one `train_critic` step, i.e. a replay sample of `batch_size` transitions, its
   tensors and instruction embeddings, and one `CriticTD.update` with the profile's `td_bootstrap` (V(s') from
@@ -39,7 +39,7 @@ numerics.pin_process()  # before torch loads: re-executes this script under the 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from coda.coevolve.train import BehaviourStates  # noqa: E402
+from coda.coevolve.trainer import BehaviourStates  # noqa: E402
 from coda.config import load_params  # noqa: E402
 from coda.learn.awr import AWRConfig, PolicyUpdater, policy_candidates, train_critic  # noqa: E402
 from coda.learn.critic import ChunkCritic, CriticTD, TDConfig  # noqa: E402

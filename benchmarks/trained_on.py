@@ -1,6 +1,6 @@
 """What a co-evolution run trained on: its planner demonstrations and its replay, by split.
 
-Reads the ``trained_on.json`` that every run writes (`coda.coevolve.train.TrainedOn`) in a run directory or a
+Reads the ``trained_on.json`` that every run writes (`coda.coevolve.trainer.TrainedOn`) in a run directory or a
 run record (``coda record`` copies it) and prints, per round and in total:
 
 * demonstrations by split (targeted / novel / replay / mutation ...): count, share of the demonstrations, and
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coda.coevolve.train import TRAINED_ON, TrainedOn
+from coda.coevolve.trainer import TRAINED_ON, TrainedOn
 
 
 def _split_cells(row: dict[str, Any]) -> str:

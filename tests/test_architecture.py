@@ -121,8 +121,8 @@ def test_the_loop_does_not_import_a_simulator():
     for m in (
         "coda.coevolve.loop",
         "coda.coevolve.domain",
-        "coda.coevolve.modes",
-        "coda.coevolve.train",
+        "coda.coevolve.mode_book",
+        "coda.coevolve.trainer",
         "coda.coevolve.schedule",
         "coda.coevolve.state",
         "coda.coevolve.methods",

@@ -20,7 +20,7 @@ import pytest
 
 from coda.coevolve.loop import Loop
 from coda.coevolve.methods import METHODS
-from coda.coevolve.modes import rollout_key
+from coda.coevolve.mode_book import rollout_key
 from coda.config.coevolve import CoevolveConfig
 from coda.engine.generate import EnvRequest, seed_for
 from coda.memory.programs import validate_generation

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from coda.coevolve.modes import ModeBook
+from coda.coevolve.mode_book import ModeBook
 from coda.engine import compile as C
 from coda.engine import generate as gen
 from coda.engine import interpret, transfer

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from coda.coevolve.train import TRAINED_ON, TrainedOn, Trainer
+from coda.coevolve.trainer import TRAINED_ON, TrainedOn, Trainer
 from coda.config import CoevolveConfig, ConfigError, load_params
 from coda.engine.generate import EnvRequest
 from coda.learn.replay import ChunkReplay

@@ -2,8 +2,8 @@
 
 * `loop` — the round, the only orchestration (`Loop`, `run_method`);
 * `methods` — each method a strategy object (how it generates, how it shapes, what the memory keeps);
-* `modes` — diagnose → cluster → control experiment → compile → refine (`ModeBook`);
-* `train` — demonstrations, critic TD and AWR + imitation for a round (`Trainer`);
+* `mode_book` — diagnose → cluster → control experiment → compile → refine (`ModeBook`);
+* `trainer` — demonstrations, critic TD and AWR + imitation for a round (`Trainer`);
 * `schedule` — fixed and adaptive round scheduling (`RoundScheduler`);
 * `state` — run state, checkpoints and resumption (`RunState`);
 * `domain` — the simulator interface (`Domain`), implemented by `coda.domains.pybullet.PyBulletDomain` and

@@ -6,13 +6,13 @@ One round, in the paper's order (each step names the unit that does it):
    (`coda.coevolve.methods`); the domain builds, checks and certifies them (`Domain.build`);
 2. **roll out** the current policy, critic-guided (`Domain.rollout`); rollouts and scenes enter the memory;
 3. **diagnose** failures, cluster them into difficulty modes, compile candidate programs, and run the
-   **control experiment** on targeted/control pairs (`coda.coevolve.modes`, `coda.engine.control`);
+   **control experiment** on targeted/control pairs (`coda.coevolve.mode_book`, `coda.engine.control`);
 4. **shape**: each rollout enters the replay with its potential (`Domain.potential`: the mode's training
    program, the rollout's own diagnosis, or none); planner **demonstrations** join the imitation set (both
-   recorded in the run's ``trained_on.json``: `coda.coevolve.train.TrainedOn`);
+   recorded in the run's ``trained_on.json``: `coda.coevolve.trainer.TrainedOn`);
 5. **train** the chunk critic (TD) and the policy (AWR + imitation), for a fixed number of updates or until
-   the adaptive schedule ends the round (`coda.coevolve.train`, `coda.coevolve.schedule`);
-6. **measure progress** of training programs and **refine** the stalled ones (`coda.coevolve.modes`);
+   the adaptive schedule ends the round (`coda.coevolve.trainer`, `coda.coevolve.schedule`);
+6. **measure progress** of training programs and **refine** the stalled ones (`coda.coevolve.mode_book`);
 7. **evaluate** (`Domain.evaluate`) and **snapshot** the memory and the checkpoint (`coda.coevolve.state`).
 
 Example:
@@ -36,10 +36,10 @@ import numpy as np
 from coda import numerics
 from coda.coevolve.domain import Domain, Rollout
 from coda.coevolve.methods import METHODS, Method
-from coda.coevolve.modes import ModeBook
+from coda.coevolve.mode_book import ModeBook
 from coda.coevolve.schedule import RoundScheduler
 from coda.coevolve.state import RunState, git_info, last_complete_round
-from coda.coevolve.train import TrainedOn, Trainer
+from coda.coevolve.trainer import TrainedOn, Trainer
 from coda.engine.control import ControlExperiment
 from coda.learn.train import write_json
 
@@ -228,7 +228,7 @@ class Loop:
         return final
 
     def _write_trained_on(self, trains: bool = True) -> None:
-        """The run directory's trained_on.json (`coda.coevolve.train.TrainedOn`): its demonstrations and
+        """The run directory's trained_on.json (`coda.coevolve.trainer.TrainedOn`): its demonstrations and
         replay composition so far; a method that does not train records that it trained on nothing."""
         c = self.c
         header = {

@@ -12,7 +12,7 @@ control experiment and the same learning as on PyBullet, with LIBERO episodes un
   table or inside another is rejected, and so is an episode that would pose a held-out combination
   (`heldout.is_held_out`: never the case by construction, checked all the same).
 * **Rehearsal**: every round's imitation batches draw ``libero.rehearsal_share`` of their chunks from the SFT
-  demonstrations (`rehearsal`; the loop's `coevolve.train`).
+  demonstrations (`rehearsal`; the loop's `coevolve.trainer`).
 * **Coverage**: each round records how many of its accepted environments land in the region of each
   held-out suite (`coda.sim.libero.coverage`, from the certifying episodes), as the round's ``coverage``.
 * **Diagnosis** is rollout-grounded (`coda.sim.libero.diagnose`); the compiler turns a diagnosis into a
