@@ -43,10 +43,11 @@ from coda.coevolve.trainer import BehaviourStates  # noqa: E402
 from coda.config import load_params  # noqa: E402
 from coda.learn.awr import AWRConfig, PolicyUpdater, policy_candidates, train_critic  # noqa: E402
 from coda.learn.critic import ChunkCritic, CriticTD, TDConfig  # noqa: E402
+from coda.learn.demos import demo_batch  # noqa: E402
 from coda.learn.policies import make_policy  # noqa: E402
 from coda.learn.replay import ChunkReplay  # noqa: E402
 from coda.learn.text import get_encoder  # noqa: E402
-from coda.learn.train import TRAIN_THREADS, demo_batch  # noqa: E402
+from coda.learn.updates import TRAIN_THREADS  # noqa: E402
 from coda.sim.world import OBS_DIM  # noqa: E402
 
 H = 8

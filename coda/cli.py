@@ -369,7 +369,7 @@ def run(argv: list[str] | None = None) -> int:
             )
         metrics = run_sft_command(cfg, Path(args.data), Path(args.out), args.workers, args.eval_only)
         if args.metrics_out:
-            from coda.learn.train import write_json
+            from coda.files import write_json
 
             write_json(Path(args.metrics_out), metrics)
         print(json.dumps(metrics))
@@ -377,7 +377,7 @@ def run(argv: list[str] | None = None) -> int:
         ensure_scenes(Path(args.data), cfg)
         metrics = run_method_command(cfg, args)
         if args.metrics_out:
-            from coda.learn.train import write_json
+            from coda.files import write_json
 
             write_json(Path(args.metrics_out), metrics)
         print(json.dumps({k: v for k, v in metrics.items() if k not in ("schedule_checks", "eval_outcomes")}))
@@ -425,7 +425,7 @@ def run(argv: list[str] | None = None) -> int:
         return run_status_command(args)
     elif args.cmd == "numerics":
         from coda import numerics
-        from coda.learn.train import TRAIN_THREADS
+        from coda.learn.updates import TRAIN_THREADS
 
         numerics.pin_torch(TRAIN_THREADS)
         print(json.dumps(numerics.in_force()))

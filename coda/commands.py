@@ -170,7 +170,9 @@ def run_sft_command(cfg, data_dir: Path, out: Path, workers: int | None, eval_on
         )
     ex = _started_executor(cfg, data_dir, workers)  # the workers start while torch is imported here
     try:
-        from coda.learn.train import TRAIN_THREADS, evaluate_sft, run_sft, write_json
+        from coda.files import write_json
+        from coda.learn.sft import evaluate_sft, run_sft
+        from coda.learn.updates import TRAIN_THREADS
 
         numerics.pin_torch(TRAIN_THREADS)
         s = cfg.sft

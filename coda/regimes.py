@@ -36,7 +36,7 @@ def uniform_draws(ex, families, n_per_family: int, seed: int) -> dict[str, list[
 
 def uniform_failure(ex, policy_dir: Path, draws: dict[str, list[str]], max_chunks: int) -> dict[str, Any]:
     """The policy's failure rate on the draws: overall, per family, and the outcomes (1 = success) in order."""
-    from coda.learn.train import eval_job
+    from coda.learn.sft import eval_job
 
     policy = str(Path(policy_dir).resolve())
     jobs = [(policy, scene, max_chunks) for f in sorted(draws) for scene in draws[f]]

@@ -33,7 +33,9 @@ import torch
 from coda.engine import generate as gen
 from coda.engine.jobs import generate_job, rollout_job
 from coda.evaluate import evaluation_items, evaluation_summary, paired_diff
-from coda.learn.train import chunk_dataset, demo_batch, eval_job, write_json
+from coda.files import write_json
+from coda.learn.demos import chunk_dataset, demo_batch
+from coda.learn.sft import eval_job
 from coda.progress import progress
 
 STREAMS = {"uniform": 11, "diagnostic": 12, "targeted": 13, "rehearsal": 14, "calibration": 15}

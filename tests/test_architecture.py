@@ -134,7 +134,7 @@ def test_the_loop_does_not_import_a_simulator():
 # The layers, lowest first (docs/ARCHITECTURE.md): a module may import its own layer and those below.
 LAYERS = (
     ("coda.numerics",),  # the numerics pin: imports nothing of coda, so any entry point can run it first
-    ("coda.config", "coda.errors", "coda.progress"),
+    ("coda.config", "coda.errors", "coda.files", "coda.progress"),
     ("coda.sim",),
     ("coda.data", "coda.evaluate"),
     ("coda.learn",),

@@ -34,7 +34,7 @@ from coda.learn.critic import ChunkCritic, CriticConfig, CriticTD
 from coda.learn.policies import base_sha256, make_policy
 from coda.learn.replay import ChunkReplay
 from coda.learn.text import hashed_ngrams
-from coda.learn.train import UpdateCounter
+from coda.learn.updates import UpdateCounter
 from coda.sim.rollout import RolloutRecord
 
 torch.set_num_threads(1)

@@ -147,3 +147,35 @@ def test_drawer_success_never_precedes_the_grasp_or_contact_phase(small_data, wo
             hooked["ee_pos"] = hooked["handle_pos"][k] + [0.0, 0.0, 0.2]
             assert not fam.success(hooked, ctx)
     assert variants == {"open", "close"}
+
+
+@pytest.mark.parametrize("family", sorted(REGISTRY))
+def test_a_family_declares_what_the_engine_knows_of_it(family):
+    """Its phase prior covers every phase of every variant and names only its own factors; the engine's tables
+    (factors, primary role, phase priors, generator limits) are read from the family, not kept beside it."""
+    from coda.engine.factors import FACTORS, PHASE_FACTORS, PRIMARY_ROLE
+    from coda.memory.programs import generator_limits
+
+    cls = REGISTRY[family]
+    phases = {p.name for v in cls.variants for p in cls.phases(v)}
+    assert set(cls.phase_factors) == phases
+    assert all(set(f) <= set(cls.factors) for f in cls.phase_factors.values())
+    assert PHASE_FACTORS[family] == cls.phase_factors and PRIMARY_ROLE[family] == cls.primary_role
+    assert set(FACTORS[family]) == set(cls.factors)
+    space = cls.space("generator")
+    for role in cls.roles:
+        if f"{role}_x" in space:
+            xs, ys = generator_limits(family, role, "position")
+            assert xs == space[f"{role}_x"]
+            assert (
+                (len(ys) == 2 and ys[0] == (-ys[1][1], -ys[1][0]))
+                if role in cls.mirrored
+                else ys == space[f"{role}_y"]
+            )
+
+
+def test_a_family_with_a_phase_prior_on_an_unknown_factor_is_refused():
+    from coda.sim.families.push import Push
+
+    with pytest.raises(TypeError, match="phase_factors.*unknown factors"):
+        type("BadPush", (Push,), {"phase_factors": {"reach": ("not_a_factor",)}})

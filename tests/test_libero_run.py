@@ -12,7 +12,7 @@ import pytest
 
 from coda.domains import libero_episodes as le
 from coda.domains.libero import LiberoRollout, PhasePotential
-from coda.learn.train import pack_demos, unpack_demos
+from coda.learn.demos import pack_demos, unpack_demos
 from coda.libero import programs as lp
 from coda.libero import run as lr
 

@@ -139,7 +139,9 @@ def test_allocation_targets_a_validated_mode_in_the_band_and_nothing_outside_it(
     failed = {row["scene_hash"] for row in memory.rows("rollouts") if not row["success"]}
 
     def allocate(r: int) -> list[EnvRequest]:
-        requests = loop.method.generation.requests(loop, r, np.random.default_rng([0, r, 0]))
+        requests = loop.method.generation.requests(
+            loop.generation_inputs, r, np.random.default_rng([0, r, 0])
+        )
         assert len(requests) == 2 * c.envs_per_family  # the budget, whatever the allocation
         splits = [q.split for q in requests]
         assert splits.count("novel") >= 2 * round(c.novel_share * c.envs_per_family)  # the ε floors

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def setup(small_data, tmp_path_factory):
     from coda.commands import _executor
-    from coda.learn.train import run_sft
+    from coda.learn.sft import run_sft
 
     cfg = load_params(ROOT / "params.yaml", profile="smoke")
     cfg = dataclasses.replace(

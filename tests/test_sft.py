@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from coda import data
-from coda.learn.train import chunk_dataset, demo_job, eval_job, train_sft
+from coda.learn.demos import chunk_dataset, demo_job
+from coda.learn.sft import eval_job, train_sft
 
 
 @pytest.fixture(scope="module")

@@ -157,21 +157,22 @@ def test_a_transferred_program_drops_the_task_variant(catalog):
 # -- the loop's side: bases, stream progress, recompilation --------------------------------------------------------
 def _book(seeds: list[SceneSpec], generator_space: bool = True, domain=None) -> ModeBook:
     memory = Memory(encoder=lambda texts: np.ones((len(texts), 4)))  # every cause alike: one mode per key
-    loop = SimpleNamespace(
+    return ModeBook(
+        settings=None,
+        method=SimpleNamespace(store_generation=True),
+        domain=domain or SimpleNamespace(generator_space=generator_space),
+        state=SimpleNamespace(memory=memory, base_stats={}, tokens={"prompt": 0, "completion": 0}),
+        control=None,
         bases={"push": [s.to_json() for s in seeds]},
         base_hashes={"push": [s.hash for s in seeds]},
-        state=SimpleNamespace(memory=memory, base_stats={}, tokens={"prompt": 0, "completion": 0}),
-        domain=domain or SimpleNamespace(generator_space=generator_space),
-        method=SimpleNamespace(store_generation=True),
     )
-    return ModeBook(loop)
 
 
 def test_bases_are_seeds_and_solved_generated_scenes(catalog):
     seeds = [sample(catalog, "push", "seed", k) for k in range(2)]
     novel = [sample(catalog, "push", "generator", 20 + k) for k in range(4)]
     book = _book(seeds)
-    stats = book.loop.state.base_stats
+    stats = book.state.base_stats
     for k, (s, split) in enumerate(zip(novel, ["novel", "novel", "targeted", "control"])):
         book.memory.add_scene(s.hash, "push", 1, split, s.to_json())
         stats[s.hash] = [int(k != 1), 1]  # novel[1] failed; the control novel[3] succeeded

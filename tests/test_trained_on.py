@@ -31,14 +31,17 @@ def _script():
     return mod
 
 
-def _loop(selection: str, demos_per_family: int = 3, seed: int = 0):
-    """What `Trainer.collect_demos` reads of a loop."""
-    return SimpleNamespace(
-        families=FAMILIES,
-        c=CoevolveConfig(demos_per_family=demos_per_family, demo_selection=selection),
+def _trainer(selection: str, demos_per_family: int = 3, seed: int = 0) -> Trainer:
+    """A trainer with what `Trainer.collect_demos` reads: settings, seed, state and the mode book."""
+    return Trainer(
+        settings=CoevolveConfig(demos_per_family=demos_per_family, demo_selection=selection),
         seed=seed,
+        method=None,
         state=SimpleNamespace(demos=[]),
-        modes=SimpleNamespace(training_program=lambda mode_id: None),
+        modes=SimpleNamespace(training_program=lambda mode_id: None, families=FAMILIES),
+        scheduler=None,
+        domain=None,
+        publish=None,
     )
 
 
@@ -66,8 +69,7 @@ def _eligible(rollouts, family):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_no_scene_is_demonstrated_twice_and_the_record_is_the_imitation_set(selection, seed):
     rng = np.random.default_rng(seed)
-    loop = _loop(selection, seed=seed)
-    trainer = Trainer(loop)
+    trainer = _trainer(selection, seed=seed)
     for r in range(1, 6):
         before = trainer.record.demonstrated
         rollouts = _rollouts(rng)
@@ -76,7 +78,7 @@ def test_no_scene_is_demonstrated_twice_and_the_record_is_the_imitation_set(sele
             fresh = {v["hash"] for _, v, _ in _eligible(rollouts, f)} - before
             got = [d for d in trainer.record.demos if d["round"] == r and d["family"] == f]
             # as many as the budget allows from scenes not demonstrated before, and none other
-            assert len(got) == min(loop.c.demos_per_family, len(fresh))
+            assert len(got) == min(trainer.c.demos_per_family, len(fresh))
             assert {d["scene_hash"] for d in got} <= fresh
             if selection == "failures_first" and any(d["success"] for d in got):
                 failed = {v["hash"] for _, v, rec in _eligible(rollouts, f) if not rec.success} - before
@@ -87,7 +89,7 @@ def test_no_scene_is_demonstrated_twice_and_the_record_is_the_imitation_set(sele
     hashes = [d["scene_hash"] for d in trainer.record.demos]
     assert len(hashes) == len(set(hashes)) > 0
     # the record lists exactly the demonstrations that entered the imitation set, in order
-    assert [d["scene_hash"] for d in loop.state.demos] == hashes
+    assert [d["scene_hash"] for d in trainer.state.demos] == hashes
     for d in trainer.record.demos:
         assert (d["mode_id"] is not None) == (d["split"] == "targeted")
         assert d["split"] != "control"
@@ -97,7 +99,7 @@ def test_random_selection_is_a_seeded_shuffle_that_also_takes_successes():
     rollouts = _rollouts(np.random.default_rng(7), per_family=20, pool=40)
 
     def picks(selection, seed):
-        trainer = Trainer(_loop(selection, seed=seed))
+        trainer = _trainer(selection, seed=seed)
         trainer.collect_demos(1, rollouts)
         return [(d["scene_hash"], d["success"]) for d in trainer.record.demos]
 
@@ -165,8 +167,7 @@ def test_replay_composition_counts_what_the_store_holds_and_survives_a_reload(tm
 
 def _written_record(tmp_path: Path) -> Path:
     rng = np.random.default_rng(3)
-    loop = _loop("failures_first")
-    trainer = Trainer(loop)
+    trainer = _trainer("failures_first")
     store = ChunkReplay(capacity=10_000, horizon=4)
     for r in (1, 2, 3):
         rollouts = _rollouts(rng)
@@ -217,7 +218,7 @@ def test_script_says_an_old_record_predates_recording(tmp_path, capsys):
 
 def test_record_survives_a_checkpoint_round_trip():
     rng = np.random.default_rng(4)
-    trainer = Trainer(_loop("random"))
+    trainer = _trainer("random")
     trainer.collect_demos(1, _rollouts(rng))
     state = json.loads(json.dumps({"trained_on": trainer.record.to_state()}))  # as in state.json
     again = TrainedOn.from_state(state["trained_on"], 1)

@@ -35,13 +35,13 @@ import numpy as np
 
 from coda import numerics
 from coda.coevolve.domain import Domain, Rollout
-from coda.coevolve.methods import METHODS, Method
+from coda.coevolve.methods import METHODS, GenerationInputs, Method
 from coda.coevolve.mode_book import ModeBook
 from coda.coevolve.schedule import RoundScheduler
 from coda.coevolve.state import RunState, git_info, last_complete_round
 from coda.coevolve.trainer import TrainedOn, Trainer
 from coda.engine.control import ControlExperiment
-from coda.learn.train import write_json
+from coda.files import write_json
 
 
 class Clock:
@@ -121,8 +121,33 @@ class Loop:
             margin=c.validate_margin, min_pairs=c.min_pairs, alpha=c.validate_alpha, band=c.success_band
         )
         self.scheduler = RoundScheduler.from_config(c, adaptive_allowed=method.store_generation)
-        self.modes = ModeBook(self)
-        self.trainer = Trainer(self)
+        self.modes = ModeBook(
+            settings=c,
+            method=method,
+            domain=domain,
+            state=self.state,
+            control=self.control,
+            bases=self.bases,
+            base_hashes=self.base_hashes,
+        )
+        self.generation_inputs = GenerationInputs(
+            settings=c,
+            seed=seed,
+            families=self.families,
+            bases=self.bases,
+            state=self.state,
+            modes=self.modes,
+        )
+        self.trainer = Trainer(
+            settings=c,
+            seed=seed,
+            method=method,
+            state=self.state,
+            modes=self.modes,
+            scheduler=self.scheduler,
+            domain=domain,
+            publish=self.publish,
+        )
         self.round_times: dict[str, float] = {}
 
     @property
@@ -257,7 +282,7 @@ class Loop:
         rng = np.random.default_rng([self.seed, r, 0])
         clock = Clock()
         # 1. allocate and generate
-        requests = method.generation.requests(self, r, rng)
+        requests = method.generation.requests(self.generation_inputs, r, rng)
         for slot, q in enumerate(requests):
             q.slot = slot
         envs = []
@@ -283,7 +308,7 @@ class Loop:
             if method.writes_memory:
                 self.modes.add_rollout(r, q, rec)
             s.record_outcome(rec.scene_hash, rec.success)  # base scenes' weights, and which are solved
-            method.generation.observe(self, q.split, v["scene"], q.family, rec.success)
+            method.generation.observe(self.generation_inputs, q.split, v["scene"], q.family, rec.success)
         clock.lap("rollouts")
         # 3. diagnose failures into modes; the control experiment validates or rejects candidates
         diagnoses = self.modes.diagnose(r, rollouts)
@@ -404,7 +429,7 @@ def run_method(
     """Run one method on the PyBullet families end to end (resuming in `out` when it holds complete
     rounds); returns the final metrics."""
 
-    from coda.learn.train import TRAIN_THREADS
+    from coda.learn.updates import TRAIN_THREADS
 
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; expected one of {sorted(METHODS)}")

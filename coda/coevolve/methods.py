@@ -28,13 +28,48 @@ planner-demonstration budget and, under fixed scheduling, the same number of pol
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 
 from coda.engine import generate as gen
 
+if TYPE_CHECKING:
+    from coda.coevolve.state import RunState
+
 Shaping = Literal["sparse", "per_rollout", "programs"]
+
+
+class Modes(Protocol):
+    """What memory-guided generation reads of the run's modes (`coda.coevolve.mode_book.ModeBook`)."""
+
+    def bases(self, family: str) -> tuple[list[str], list[str]]: ...
+
+    def mode_views(self, family: str) -> list[gen.ModeView]: ...
+
+    def stored_scenes(self, family: str) -> list[str]: ...
+
+    def stream_progress(self, family: str) -> dict[str, float]: ...
+
+    def transfer_programs(self, r: int) -> None: ...
+
+
+@dataclass(frozen=True)
+class GenerationInputs:
+    """What a generation strategy reads: the run's settings (the profile's ``coevolve`` section), seed,
+    families and seed bases, its state (sr_guided's success-rate buffer, the bases' success statistics) and
+    its mode book (CoDA's modes, programs and streams)."""
+
+    settings: Any
+    seed: int
+    families: tuple[str, ...]
+    bases: dict[str, list[str]]
+    state: RunState
+    modes: Modes
+
+    @property
+    def memory(self):
+        return self.state.memory
 
 
 class Generation(Protocol):
@@ -42,9 +77,9 @@ class Generation(Protocol):
 
     name: str
 
-    def requests(self, loop: Any, r: int, rng: np.random.Generator) -> list[gen.EnvRequest]: ...
+    def requests(self, run: GenerationInputs, r: int, rng: np.random.Generator) -> list[gen.EnvRequest]: ...
 
-    def observe(self, loop: Any, split: str, scene: str, family: str, success: bool) -> None: ...
+    def observe(self, run: GenerationInputs, split: str, scene: str, family: str, success: bool) -> None: ...
 
 
 class _PerFamily:
@@ -52,16 +87,16 @@ class _PerFamily:
 
     name = ""
 
-    def requests(self, loop: Any, r: int, rng: np.random.Generator) -> list[gen.EnvRequest]:
+    def requests(self, run: GenerationInputs, r: int, rng: np.random.Generator) -> list[gen.EnvRequest]:
         out: list[gen.EnvRequest] = []
-        for f in loop.families:
-            out += self.family_requests(loop, f, r, rng)
+        for f in run.families:
+            out += self.family_requests(run, f, r, rng)
         return out
 
-    def family_requests(self, loop: Any, family: str, r: int, rng) -> list[gen.EnvRequest]:
+    def family_requests(self, run: GenerationInputs, family: str, r: int, rng) -> list[gen.EnvRequest]:
         raise NotImplementedError
 
-    def observe(self, loop: Any, split: str, scene: str, family: str, success: bool) -> None:
+    def observe(self, run: GenerationInputs, split: str, scene: str, family: str, success: bool) -> None:
         return None
 
 
@@ -70,7 +105,7 @@ class NoGeneration(_PerFamily):
 
     name = "none"
 
-    def family_requests(self, loop, family, r, rng):
+    def family_requests(self, run, family, r, rng):
         return []
 
 
@@ -79,10 +114,10 @@ class DomainRandomization(_PerFamily):
 
     name = "domain_rand"
 
-    def family_requests(self, loop, family, r, rng):
-        c = loop.c
+    def family_requests(self, run, family, r, rng):
+        c = run.settings
         return gen.domain_rand_requests(
-            family, c.envs_per_family, loop.bases[family], seed=loop.seed, round_=r, rng=rng
+            family, c.envs_per_family, run.bases[family], seed=run.seed, round_=r, rng=rng
         )
 
 
@@ -91,8 +126,8 @@ class Uniform(_PerFamily):
 
     name = "uniform"
 
-    def family_requests(self, loop, family, r, rng):
-        return gen.uniform_requests(family, loop.c.envs_per_family, seed=loop.seed, round_=r)
+    def family_requests(self, run, family, r, rng):
+        return gen.uniform_requests(family, run.settings.envs_per_family, seed=run.seed, round_=r)
 
 
 class SRGuided(_PerFamily):
@@ -100,22 +135,22 @@ class SRGuided(_PerFamily):
 
     name = "sr_guided"
 
-    def family_requests(self, loop, family, r, rng):
-        c = loop.c
+    def family_requests(self, run, family, r, rng):
+        c = run.settings
         return gen.sr_guided_requests(
             family,
             c.envs_per_family,
-            loop.state.sr_buffer,
-            seed=loop.seed,
+            run.state.sr_buffer,
+            seed=run.seed,
             round_=r,
             novel_share=c.novel_share,
             replay_share=c.replay_share,
             rng=rng,
         )
 
-    def observe(self, loop, split, scene, family, success):
+    def observe(self, run, split, scene, family, success):
         if split != "control":
-            loop.state.sr_record(scene, family, success)
+            run.state.sr_record(scene, family, success)
 
 
 class MemoryGuided(_PerFamily):
@@ -124,29 +159,29 @@ class MemoryGuided(_PerFamily):
 
     name = "memory"
 
-    def requests(self, loop, r, rng):
-        if loop.c.transfer and r > 1:
-            loop.modes.transfer_programs(r)
-        return super().requests(loop, r, rng)
+    def requests(self, run, r, rng):
+        if run.settings.transfer and r > 1:
+            run.modes.transfer_programs(r)
+        return super().requests(run, r, rng)
 
-    def family_requests(self, loop, family, r, rng):
-        c = loop.c
-        bases, hashes = loop.modes.bases(family)
+    def family_requests(self, run, family, r, rng):
+        c = run.settings
+        bases, hashes = run.modes.bases(family)
         return gen.memory_requests(
             family,
             c.envs_per_family,
-            loop.modes.mode_views(family),
+            run.modes.mode_views(family),
             bases,
-            loop.modes.stored_scenes(family),
-            seed=loop.seed,
+            run.modes.stored_scenes(family),
+            seed=run.seed,
             round_=r,
             novel_share=c.novel_share,
             replay_share=c.replay_share,
             band=c.success_band,
             rng=rng,
             min_pairs=c.min_pairs,
-            base_weights=loop.state.base_weights(hashes),
-            progress=loop.modes.stream_progress(family),
+            base_weights=run.state.base_weights(hashes),
+            progress=run.modes.stream_progress(family),
         )
 
 
@@ -157,8 +192,8 @@ class FrozenMemory(_PerFamily):
 
     name = "frozen"
 
-    def family_requests(self, loop, family, r, rng):
-        memory = loop.memory
+    def family_requests(self, run, family, r, rng):
+        memory = run.memory
         scenes = [s for s in memory.rows("scenes") if s["family"] == family and s["split"] != "control"]
         if not scenes:
             return []
@@ -173,7 +208,7 @@ class FrozenMemory(_PerFamily):
                 for s in scenes
             ]
         )
-        picks = rng.choice(len(scenes), size=2 * loop.c.envs_per_family, p=weights / weights.sum())
+        picks = rng.choice(len(scenes), size=2 * run.settings.envs_per_family, p=weights / weights.sum())
         out = []
         for k, i in enumerate(picks.tolist()):
             s = scenes[i]
@@ -182,7 +217,7 @@ class FrozenMemory(_PerFamily):
                 gen.EnvRequest(
                     family,
                     "replay",
-                    gen.seed_for(loop.seed, r, family, "replay", k),
+                    gen.seed_for(run.seed, r, family, "replay", k),
                     base=s["spec_json"],
                     mode_id=mode.mode_id if mode else None,
                     program_id=s["program_id"],

@@ -14,15 +14,20 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from coda.coevolve.domain import in_generator_space
+from coda.coevolve.domain import Domain, in_generator_space
 from coda.engine import generate as gen
 from coda.engine.control import round_pairs
 from coda.memory.modes import learning_progress
 from coda.progress import progress
+
+if TYPE_CHECKING:
+    from coda.coevolve.methods import Method
+    from coda.coevolve.state import RunState
+    from coda.engine.control import ControlExperiment
 
 ROLLOUT_SPLITS = ("novel", "targeted", "replay", "mutation")  # splits whose failures are diagnosed
 STREAMS = ("novel", "replay")  # the allocation arms besides the modes (`coda.engine.generate.allocate`)
@@ -39,12 +44,26 @@ def rollout_key(q, rec) -> str:
 class ModeBook:
     """Modes, programs and lineage of one run (see the module docstring)."""
 
-    def __init__(self, loop: Any) -> None:
-        self.loop = loop
+    def __init__(
+        self,
+        *,
+        settings: Any,
+        method: Method,
+        domain: Domain,
+        state: RunState,
+        control: ControlExperiment,
+        bases: dict[str, list[str]],
+        base_hashes: dict[str, list[str]],
+    ) -> None:
+        """settings: the profile's ``coevolve`` section (success band, minimum pairs); state: the run's state,
+        whose memory the book reads and writes; bases/base_hashes: the domain's seed bases per family."""
+        self.c, self.method, self.domain, self.state, self.control = settings, method, domain, state, control
+        self.seed_bases, self.seed_base_hashes = bases, base_hashes
+        self.families = tuple(bases)
 
     @property
     def memory(self):
-        return self.loop.state.memory
+        return self.state.memory
 
     # -- lineage ----------------------------------------------------------------------------------------
     def add_scene(self, r: int, q, value: dict[str, Any]) -> None:
@@ -57,7 +76,7 @@ class ModeBook:
             q.split,
             value["scene"],
             program_id=q.program_id or (q.program or {}).get("id"),
-            base_hash=None if q.base is None else self.loop.domain.scene_hash(q.base),
+            base_hash=None if q.base is None else self.domain.scene_hash(q.base),
             validity=value["validity"],
             repairs=value["repairs"],
             trace=value["trace"],
@@ -73,7 +92,7 @@ class ModeBook:
             rec.success,
             rec.phase_reached,
             rec.steps,
-            self.loop.state.updates,
+            self.state.updates,
             rollout_id=rollout_id(r, q, rec),
         )
 
@@ -105,11 +124,10 @@ class ModeBook:
         which the policy has succeeded (novel successes, solved variants and replays), so that bases reach the
         generator space as uniform draws do. Their weights are the policy's estimated success on them
         (`RunState.base_weights`)."""
-        loop = self.loop
-        scenes, hashes = list(loop.bases[family]), list(loop.base_hashes[family])
-        if not in_generator_space(loop.domain):
+        scenes, hashes = list(self.seed_bases[family]), list(self.seed_base_hashes[family])
+        if not in_generator_space(self.domain):
             return scenes, hashes
-        seen, stats = set(hashes), loop.state.base_stats
+        seen, stats = set(hashes), self.state.base_stats
         for row in self.memory.rows("scenes"):  # canonical order: round, split, hash
             h = row["scene_hash"]
             if row["family"] != family or row["split"] == "control" or h in seen:
@@ -157,10 +175,10 @@ class ModeBook:
             source = stored.get(mode.generation_program_id)
             if source is None or source.get("source") == "transfer":
                 continue  # no chains of transfers
-            for f in self.loop.families:
+            for f in self.families:
                 if f == mode.family or (f, f"transferred from {mode.mode_id}") in opened:
                     continue
-                lifted = self.loop.domain.transfer(source, f, mode.phase)
+                lifted = self.domain.transfer(source, f, mode.phase)
                 if lifted is None or lifted[0]["id"] in stored:
                     continue
                 program, phase = lifted
@@ -177,20 +195,19 @@ class ModeBook:
     # -- diagnosis and compilation ------------------------------------------------------------------------
     def diagnose(self, r: int, rollouts: list) -> dict[str, dict]:
         """Diagnose every failed rollout (controls excluded); returns rollout key -> diagnosis dict."""
-        loop = self.loop
         out: dict[str, dict] = {}
-        if not loop.method.diagnoses:
+        if not self.method.diagnoses:
             return out
         touched: set[str] = set()
         firsts: dict[str, tuple[dict, str]] = {}  # mode -> its first diagnosis of the round and the scene
         for q, v, rec in progress(rollouts, desc=f"round {r}: diagnose"):
             if rec.success or q.split not in ROLLOUT_SPLITS:
                 continue
-            d = loop.domain.diagnose(rec, v)
+            d = self.domain.diagnose(rec, v)
             if d is None:
                 continue
             out[rollout_key(q, rec)] = d
-            if not loop.method.writes_memory:
+            if not self.method.writes_memory:
                 continue
             truth = q.truth_factor if q.split == "targeted" else None
             did = self.memory.add_diagnosis(
@@ -212,7 +229,7 @@ class ModeBook:
             firsts.setdefault(mode_id, (d, v["scene"]))
         for mode_id in sorted(touched):  # a diagnosis joining an already decided mode is decided with it
             self._settle_diagnoses(mode_id)
-        if touched and self.loop.method.store_generation:
+        if touched and self.method.store_generation:
             scenes = self._scene_index()
             for mode_id in sorted(touched):
                 self._compile_mode(mode_id, scenes, firsts[mode_id])
@@ -230,8 +247,8 @@ class ModeBook:
         return diagnosis
 
     def _compile(self, diagnosis: dict, scene: str):
-        res = self.loop.domain.compile(diagnosis, scene)
-        tokens = self.loop.state.tokens
+        res = self.domain.compile(diagnosis, scene)
+        tokens = self.state.tokens
         tokens["prompt"] += res.prompt_tokens
         tokens["completion"] += res.completion_tokens
         tokens["invalid"] = tokens.get("invalid", 0) + len(res.errors)
@@ -263,14 +280,14 @@ class ModeBook:
                 )
                 return
             program = res.generation
-        if in_generator_space(self.loop.domain) and program.get("source") != "transfer":
-            program = self.loop.domain.region(program, failing)
+        if in_generator_space(self.domain) and program.get("source") != "transfer":
+            program = self.domain.region(program, failing)
         if program["id"] != mode.generation_program_id:
             self.memory.set_mode_programs(mode_id, generation_program_id=self.memory.add_program(program))
 
     def _compile_training(self, mode_id: str) -> None:
         """Compile a validated mode's training program from its first diagnosis and the failing scene."""
-        if not self.loop.method.store_training or self.memory.mode(mode_id).training_program_id:
+        if not self.method.store_training or self.memory.mode(mode_id).training_program_id:
             return
         rows = [d for d in self.memory.rows("diagnoses") if d["mode_id"] == mode_id]
         first = min(rows, key=lambda d: (d["round"], d["diagnosis_id"]))
@@ -298,7 +315,7 @@ class ModeBook:
             elif program is None:
                 status = "validated"
             else:
-                shows = self.loop.domain.exhibits(program, scenes[d["scene_hash"]])
+                shows = self.domain.exhibits(program, scenes[d["scene_hash"]])
                 status = "validated" if shows else "rejected"
             if d["status"] != status:
                 self.memory.set_diagnosis_status(d["diagnosis_id"], status)
@@ -306,13 +323,12 @@ class ModeBook:
     # -- the control experiment -----------------------------------------------------------------------------
     def validate(self, r: int, rollouts: list) -> dict[str, dict]:
         """Control experiments: per mode tested this round, paired targeted vs control outcomes."""
-        loop = self.loop
         paired = gen_pairs(rollouts)
         out = {}
         for mode_id, (t, ctl) in paired.items():
             mode = self.memory.mode(mode_id)
             program = self.memory.program(mode.generation_program_id) if mode.generation_program_id else {}
-            test = loop.control.test(
+            test = self.control.test(
                 mode_id,
                 t,
                 ctl,
@@ -329,11 +345,11 @@ class ModeBook:
                     mode_id,
                     success=float(np.mean(t)),
                     n=len(t),
-                    policy_updates=loop.state.updates,
+                    policy_updates=self.state.updates,
                     round=r,
                     control_success=float(np.mean(ctl)),
                     n_control=len(ctl),
-                    band=loop.c.success_band,
+                    band=self.c.success_band,
                 )
             out[mode_id] = test
         return out
@@ -342,13 +358,13 @@ class ModeBook:
         """Without generation programs there is no control experiment: a mode counts as validated once it
         recurs (at least `min_pairs` diagnoses)."""
         for mode in self.memory.modes():
-            if mode.status == "candidate" and mode.n_diagnoses >= self.loop.c.min_pairs:
+            if mode.status == "candidate" and mode.n_diagnoses >= self.c.min_pairs:
                 self.memory.set_mode_status(mode.mode_id, "validated", {"rule": "recurrence", "round": r})
                 self._compile_training(mode.mode_id)
 
     # -- shaping and training programs ------------------------------------------------------------------------
     def training_program(self, mode_id: str | None) -> dict | None:
-        if not mode_id or not self.loop.method.store_training:
+        if not mode_id or not self.method.store_training:
             return None
         mode = self.memory.mode(mode_id)
         if mode is None or mode.status != "validated" or not mode.training_program_id:
@@ -358,32 +374,31 @@ class ModeBook:
     def potential_for(self, q, rec, diagnoses: dict[str, dict]):
         """The rollout's potential under the method's shaping: its mode's training program (``programs``),
         its own diagnosis (``per_rollout``) or none (``sparse``)."""
-        shaping = self.loop.method.shaping
+        shaping = self.method.shaping
         if shaping == "sparse":
             return None
         d = diagnoses.get(rollout_key(q, rec))
         if shaping == "programs":
             program = self.training_program(q.mode_id or (d or {}).get("mode_id"))
-            return self.loop.domain.potential(rec, program=program)
-        return self.loop.domain.potential(rec, diagnosis=d)
+            return self.domain.potential(rec, program=program)
+        return self.domain.potential(rec, diagnosis=d)
 
     def refine(self, r: int, rollouts: list) -> int:
         """Measured progress of each training program (mean end-of-rollout Φ of its targeted rollouts, in the
         program's stage units); stalled programs are refined (`Domain.refine`)."""
-        loop = self.loop
-        if not loop.method.writes_memory or not loop.method.store_training:
+        if not self.method.writes_memory or not self.method.store_training:
             return 0
         by_mode: dict[str, list] = defaultdict(list)
         for q, _, rec in rollouts:
             if q.split == "targeted":
                 by_mode[q.mode_id].append(rec)
         refined = 0
-        history = loop.state.program_progress
+        history = self.state.program_progress
         for mode_id in sorted(by_mode):
             program = self.training_program(mode_id)
             if program is None:
                 continue
-            values = loop.domain.progress(program, by_mode[mode_id])
+            values = self.domain.progress(program, by_mode[mode_id])
             if not values:
                 continue
             # progress is kept per mode, so a refined program continues its predecessor's history
@@ -391,12 +406,12 @@ class ModeBook:
             self.memory.add_program_stats(
                 program["id"],
                 r,
-                loop.state.updates,
+                self.state.updates,
                 float(np.mean(values)),
                 float(np.mean([rec.success for rec in by_mode[mode_id]])),
                 len(values),
             )
-            new = loop.domain.refine(program, history[mode_id])
+            new = self.domain.refine(program, history[mode_id])
             if new is not None:
                 self.memory.set_mode_programs(mode_id, training_program_id=self.memory.add_program(new))
                 refined += 1
@@ -412,7 +427,7 @@ class ModeBook:
         before = float((scored.factor == scored.truth_factor).mean()) if len(scored) else None
         kept = scored[scored.status == "validated"] if len(scored) else scored
         after = float((kept.factor == kept.truth_factor).mean()) if len(kept) else None
-        lo, hi = self.loop.c.success_band
+        lo, hi = self.c.success_band
         in_band = [
             m for m in self.memory.modes("validated") if m.hardness is not None and lo <= 1 - m.hardness <= hi
         ]

@@ -22,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from coda.engine import generate as gen
-from coda.learn.train import pack_demos, unpack_demos, write_json
+from coda.files import write_json
+from coda.learn.demos import pack_demos, unpack_demos
 
 
 def git_info() -> dict[str, Any]:

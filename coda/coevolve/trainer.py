@@ -11,16 +11,24 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from coda.learn.train import chunk_dataset, demo_batch
+from coda.learn.demos import chunk_dataset, demo_batch
 from coda.memory.program_views import TrainingProgram
 from coda.progress import progress
+
+if TYPE_CHECKING:
+    from coda.coevolve.domain import Domain
+    from coda.coevolve.methods import Method
+    from coda.coevolve.mode_book import ModeBook
+    from coda.coevolve.schedule import RoundScheduler
+    from coda.coevolve.state import RunState
 
 
 class BehaviourStates:
@@ -195,8 +203,25 @@ class TrainedOn:
 class Trainer:
     """The learning steps of the loop's rounds."""
 
-    def __init__(self, loop: Any) -> None:
-        self.loop = loop
+    def __init__(
+        self,
+        *,
+        settings: Any,
+        seed: int,
+        method: Method,
+        state: RunState,
+        modes: ModeBook,
+        scheduler: RoundScheduler,
+        domain: Domain,
+        publish: Callable[[str], dict[str, str]],
+    ) -> None:
+        """settings: the profile's ``coevolve`` section; state: the run's state (policy, critic, replay,
+        demonstrations, counters), which training changes; modes: where the training programs are read;
+        scheduler: the adaptive schedule's checks; domain and publish: its in-band rollouts of the current
+        policy (publish writes the actor the workers load and returns it)."""
+        self.c, self.seed, self.method, self.state = settings, seed, method, state
+        self.modes, self.scheduler, self.domain, self.publish = modes, scheduler, domain, publish
+        self.families = modes.families
         self.record = TrainedOn()  # what the run trained on (restored by the loop on resume)
         self.critic_loss: float | None = None
         # the last round's per-update log (`coda.coevolve.state.TRAIN_LOG_COLUMNS`), saved with its checkpoint
@@ -209,18 +234,17 @@ class Trainer:
         states for every method alike: "failures_first" (scenes the policy failed first; targeted scenes of
         validated modes weighted by their training programs' planner_demos), or "random" (a seeded shuffle).
         Each demonstration joins the imitation set and the record."""
-        loop = self.loop
-        c = loop.c
-        rng = np.random.default_rng([loop.seed, r, 2])  # stream 2 of the round: demonstration order
+        c = self.c
+        rng = np.random.default_rng([self.seed, r, 2])  # stream 2 of the round: demonstration order
 
         def priority(item):
             q, v, rec = item
-            program = loop.modes.training_program(q.mode_id) if q.split == "targeted" else None
+            program = self.modes.training_program(q.mode_id) if q.split == "targeted" else None
             extra = TrainingProgram.from_doc(program).demos if program else 0
             return (rec.success, -extra, v["hash"])
 
         demonstrated = self.record.demonstrated
-        for f in loop.families:
+        for f in self.families:
             cands = [
                 (q, v, rec)
                 for q, v, rec in rollouts
@@ -238,7 +262,7 @@ class Trainer:
                     demonstrated.add(item[1]["hash"])
                     chosen.append(item)
             for q, v, rec in chosen:
-                loop.state.demos.append(v["demo"])
+                self.state.demos.append(v["demo"])
                 self.record.add_demo(r, f, q.split, v["hash"], success=rec.success, mode_id=q.mode_id)
             self.record.add_selection(
                 r,
@@ -252,11 +276,10 @@ class Trainer:
     def imitation_weight(self) -> float:
         """The imitation term's weight: the config's, scaled by the training programs' learning tools
         (imitation vs critic weight) when the method keeps training programs."""
-        loop = self.loop
-        c = loop.c
-        if not loop.method.store_training:
+        c = self.c
+        if not self.method.store_training:
             return c.imitation_weight
-        programs = [loop.modes.training_program(m.mode_id) for m in loop.memory.modes()]
+        programs = [self.modes.training_program(m.mode_id) for m in self.state.memory.modes()]
         views = [TrainingProgram.from_doc(p) for p in programs if p is not None]
         if not views:
             return c.imitation_weight
@@ -265,9 +288,8 @@ class Trainer:
 
     def train(self, r: int, rollouts: list, clock: Any = None) -> tuple[int, list[dict]]:
         """Critic TD steps, then policy updates; returns (updates done, the adaptive schedule's checks)."""
-        loop = self.loop
-        torch.manual_seed(loop.seed * 7919 + r)
-        rng = np.random.default_rng([loop.seed, r, 1])
+        torch.manual_seed(self.seed * 7919 + r)
+        rng = np.random.default_rng([self.seed, r, 1])
         losses = self._train_critic(r, rng)
         if clock is not None:
             clock.lap("critic")
@@ -293,7 +315,7 @@ class Trainer:
         from coda.learn.awr import policy_candidates, train_critic
         from coda.learn.critic import CriticTD, TDConfig
 
-        c, s, seed = self.loop.c, self.loop.state, self.loop.seed
+        c, s, seed = self.c, self.state, self.seed
         if r == 1:  # later rounds keep the first round's normaliser (saved with the critic's weights)
             s.critic.fit_normalizer(s.replay.gather(np.arange(len(s.replay)))["obs"])
         td = CriticTD(s.critic, TDConfig(gamma=c.gamma, temperature=c.temperature))
@@ -320,7 +342,7 @@ class Trainer:
         """The round's `PolicyUpdater` (AWR + imitation) with the run's settings."""
         from coda.learn.awr import AWRConfig, PolicyUpdater
 
-        c, s, seed = self.loop.c, self.loop.state, self.loop.seed
+        c, s, seed = self.c, self.state, self.seed
         config = AWRConfig(
             finetune=c.finetune,
             lora_rank=c.lora_rank,
@@ -339,7 +361,7 @@ class Trainer:
         """Rehearsal (seed scenes) and this run's demonstrations, `rehearsal_share` of the batch from the first."""
         if not sources:
             return None
-        batch_size = self.loop.c.batch_size
+        batch_size = self.c.batch_size
         total = sum(share for _, share in sources)
         parts = [demo_batch(ds, round(batch_size * share / total), rng) for ds, share in sources]
         return {
@@ -352,8 +374,7 @@ class Trainer:
         """AWR (+ imitation) updates on replay states, checked by the adaptive schedule; (done, checks)."""
         from coda.learn.text import get_encoder
 
-        loop = self.loop
-        c, s = loop.c, loop.state
+        c, s = self.c, self.state
         updater = self._updater(r)
         sources = [
             (chunk_dataset(d), share)
@@ -391,24 +412,23 @@ class Trainer:
                     "ess_fraction": stats.get("ess_fraction"),
                 }
             )
-            if loop.scheduler.checks_at(done, c.policy_updates):
+            if self.scheduler.checks_at(done, c.policy_updates):
                 track.append(
-                    loop.scheduler.measure(targeted, done, lambda scenes, d=done: self._check(r, d, scenes))
+                    self.scheduler.measure(targeted, done, lambda scenes, d=done: self._check(r, d, scenes))
                 )
-                if loop.scheduler.over(track):
+                if self.scheduler.over(track):
                     break
         s.policy.eval()
         return done, track
 
     def _scores_per_round(self) -> bool:
         """Whether AWR's candidates are drawn and scored once per round (`awr_candidates: round`)."""
-        c = self.loop.c
+        c = self.c
         return c.awr_candidates == "round" and c.awr_weight > 0 and c.policy_updates > 0
 
     def _check(self, r: int, done: int, scenes: list[str]) -> list[bool | None]:
         """The adaptive schedule's rollouts of the current policy on in-band scenes."""
-        loop = self.loop
-        actor = loop.publish(f"round-{r:04d}-check-{done}")
-        return loop.domain.rollout(
-            actor, scenes, record=False, desc=f"round {r}: in-band check", seed=loop.seed * 1000 + r
+        actor = self.publish(f"round-{r:04d}-check-{done}")
+        return self.domain.rollout(
+            actor, scenes, record=False, desc=f"round {r}: in-band check", seed=self.seed * 1000 + r
         )

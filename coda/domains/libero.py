@@ -113,7 +113,7 @@ class LiberoDomain:
     replay_capacity = 20_000
 
     def __init__(self, cfg, sft_dir: Path, seed: int, pool) -> None:
-        from coda.learn.train import unpack_demos
+        from coda.learn.demos import unpack_demos
         from coda.sim.libero import PHASES, get_task
         from coda.sim.libero.env import instruction_of
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from coda.learn.awr import cached_actor
-from coda.learn.train import NoisyExpert
+from coda.learn.demos import NoisyExpert
 from coda.libero import programs as lp
 from coda.sim.libero import heldout
 from coda.sim.libero.diagnose import nearest_others

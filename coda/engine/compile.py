@@ -55,8 +55,6 @@ from coda.sim.families.ranges import RANGES, TRAIN_TEMPLATES
 from coda.sim.scene import SceneSpec
 
 WINDOW = 0.1  # template programs sample the failing values' hull padded by ±10% of the generator range
-# keep task objects apart when a template program moves one of them (only if the failing scene does)
-SEPARATION = {"pick_place": (("target", "container"), 0.15), "stack": (("top", "base"), 0.1)}
 # learning tools by failing phase: early (contact-rich) phases lean on demonstrations and imitation,
 # later phases on the shaped critic
 EARLY_PHASES = ("reach", "grasp", "lift", "contact")
@@ -221,10 +219,12 @@ def recreate_variant(scenes: Sequence[SceneSpec]) -> dict[str, Any] | None:
 
 
 def _constraints(op: Mapping[str, Any], scenes: Sequence[SceneSpec]) -> list[dict[str, Any]]:
-    family = scenes[0].family
-    if op["attribute"] != "position" or family not in SEPARATION:
+    """Keep the family's task objects apart (`Family.separation`) when a template program moves one of them,
+    unless a failing scene itself has them closer."""
+    separation = REGISTRY[scenes[0].family].separation
+    if op["attribute"] != "position" or separation is None:
         return []
-    (a, b), dist = SEPARATION[family]
+    (a, b), dist = separation
     for scene in scenes:
         pa, pb = scene.spatial.poses[scene.role(a)], scene.spatial.poses[scene.role(b)]
         if ((pa.x - pb.x) ** 2 + (pa.y - pb.y) ** 2) ** 0.5 < dist:

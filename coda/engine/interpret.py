@@ -38,9 +38,11 @@ from coda.memory.programs import (
     variant_choices,
 )
 from coda.sim.families import REGISTRY
-from coda.sim.families.base import is_heldout_instance, uniform
+from coda.sim.families.base import DISTRACTOR_BOX, is_heldout_instance, uniform
 from coda.sim.families.drawer import INIT_OPEN, PART_NAMES
 from coda.sim.families.naming import describe
+from coda.sim.families.pick_place import PickPlace
+from coda.sim.families.push import Push
 from coda.sim.families.ranges import RANGES, TRAIN_TEMPLATES
 from coda.sim.scene import (
     ARENA_X,
@@ -56,13 +58,6 @@ from coda.sim.scene import (
 __all__ = ["Draft", "apply_generation", "first_violated", "role_used"]
 
 MAX_TRIES = 20  # resampling attempts when a program's constraints fail
-DISTRACTOR_BOX = ((0.32, 0.68), (-0.32, 0.32))  # where added distractors are placed (as the samplers do)
-PUSH_GOAL_BOX = ((0.32, 0.7), (-0.32, 0.32))  # push goals are kept here (as push.sample does)
-# pick_place's container per variant: (asset id, category, colour), as pick_place.sample builds it
-CONTAINERS = {
-    "bin": ("fixture/bin", "bin", (0.55, 0.45, 0.35, 1.0)),
-    "region": ("fixture/region", "region", (0.2, 0.7, 0.3, 1.0)),
-}
 
 
 @dataclass
@@ -159,8 +154,8 @@ def _set_goal_offset(d: Draft, offset: list[float]) -> None:
     t, g = d.bindings["target"], d.bindings["goal"]
     lim = generator_limits(d.family, "goal", "goal_offset")
     dx, dy = (_clamp(v, r) for v, r in zip(offset, lim))
-    gx = round(_clamp(d.poses[t]["x"] + dx, PUSH_GOAL_BOX[0]), 4)
-    gy = round(_clamp(d.poses[t]["y"] + dy, PUSH_GOAL_BOX[1]), 4)
+    gx = round(_clamp(d.poses[t]["x"] + dx, Push.goal_box[0]), 4)
+    gy = round(_clamp(d.poses[t]["y"] + dy, Push.goal_box[1]), 4)
     d.poses[g].update(x=gx, y=gy)
     d.goal[:2] = [gx, gy]
 
@@ -179,7 +174,7 @@ def _set_variant(d: Draft, variant: str, rng: np.random.Generator) -> None:
         return
     d.variant, d.rename = variant, True
     if d.family == "pick_place":
-        asset_id, category, rgba = CONTAINERS[variant]
+        asset_id, category, rgba = PickPlace.containers[variant]
         d.objects[d.bindings["container"]].update(asset_id=asset_id, category=category, rgba=rgba)
     elif d.family == "push":  # a new goal offset, drawn as push.sample draws it for the variant
         dx, dy = (uniform(rng, r) for r in generator_limits(d.family, "goal", "goal_offset"))

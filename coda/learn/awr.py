@@ -50,7 +50,7 @@ from coda.learn.critic import (
 )
 from coda.learn.policies import ChunkPolicy, add_lora, merged_copy
 from coda.learn.text import get_encoder
-from coda.learn.train import UpdateCounter
+from coda.learn.updates import UpdateCounter
 from coda.progress import progress
 
 Encode = Callable[[list[str]], Tensor]  # instruction strings -> (n, 384) embeddings

@@ -43,7 +43,7 @@ def add_libero_commands(sub) -> None:
 
 
 def run_libero_command(args, cfg) -> int:
-    from coda.learn.train import write_json
+    from coda.files import write_json
     from coda.libero import run as lr
     from coda.sim.libero import LiberoUnavailable
 

@@ -41,7 +41,8 @@ from coda.domains.libero_episodes import (
     run_episodes,
     suite_objects,
 )
-from coda.learn.train import chunk_dataset, pack_demos, write_json
+from coda.files import write_json
+from coda.learn.demos import chunk_dataset, pack_demos
 from coda.libero import METHODS
 from coda.libero import programs as lp
 from coda.sim.libero import heldout
@@ -52,7 +53,7 @@ from coda.sim.libero.tables import curve
 def run_sft(cfg, out: str | Path, *, seed: int = 0) -> dict[str, Any]:
     """Planner demonstrations → SFT → evaluation; writes ``out/policy``, ``out/demos.npz``, ``out/metrics.json``."""
     from coda.learn.policies import make_policy
-    from coda.learn.train import train_sft
+    from coda.learn.sft import train_sft
     from coda.sim.libero import get_task, require
 
     require()
@@ -151,7 +152,7 @@ def run_rounds(
     from coda.coevolve.loop import Loop
     from coda.coevolve.methods import METHODS as LOOP_METHODS
     from coda.domains import make_domain
-    from coda.learn.train import TRAIN_THREADS
+    from coda.learn.updates import TRAIN_THREADS
     from coda.sim.libero import require
 
     if method not in METHODS:

@@ -11,7 +11,8 @@ object factor of the failing phase, and the variant is part of the phase's task)
 variant its failing scenes had. Variant names are per family, so a transferred program drops it.
 
 This table is part of the program schema (`coda.memory.programs` validates against it), so it lives beside
-the schema; the data engine's phase priors (``PHASE_FACTORS``) build on it.
+the schema. It is derived from what each family declares in `coda.sim.families` (``factors``,
+``primary_role``); the data engine's phase priors (``PHASE_FACTORS``) come from there too.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ VARIANT = "variant"
 TASK_ATTRIBUTES = (VARIANT,)  # the task component: one of the family's generator variants
 
 # the role whose object attributes (scale, mass, friction, instance) a family's factors refer to
-PRIMARY_ROLE = {"pick_place": "target", "stack": "top", "push": "target", "drawer": "cabinet"}
+PRIMARY_ROLE = {family: cls.primary_role for family, cls in REGISTRY.items()}
 
 # family -> factor -> (role or None, attribute)
 FACTORS: dict[str, dict[str, tuple[str | None, str]]] = {}

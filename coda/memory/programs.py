@@ -430,18 +430,9 @@ def dsl_spec(family: str) -> dict[str, Any]:
 
 
 def generator_limits(family: str, scene_role: str | None, attribute: str) -> list:
-    """The generator-space range(s) a (role, attribute) result is clamped to: one entry per coordinate."""
-    space = REGISTRY[family].space("generator")
-    if attribute == "position":
-        ys = space[f"{scene_role}_y"]
-        if family == "pick_place" and scene_role == "container":  # the bin goes left or right of the robot
-            ys = [(-ys[1], -ys[0]), tuple(ys)]
-        return [space[f"{scene_role}_x"], ys]
-    if attribute == "yaw":
-        return [space[f"{scene_role}_yaw"]]
-    if attribute == "goal_offset":
-        return [space["goal_dx"], space["goal_dy"]]
-    return [space[attribute]]
+    """The generator-space range(s) a (role, attribute) result is clamped to: one entry per coordinate (the
+    family's own `Family.generator_limits`)."""
+    return REGISTRY[family].generator_limits(scene_role, attribute)
 
 
 def generator_variants(family: str) -> tuple[str, ...]:

@@ -50,7 +50,7 @@ class _Rollout:
         self.ctx: SceneContext = record.context()
         self.s = record.states
         self.T = record.steps
-        self.role = PRIMARY_ROLE[self.family] if self.family != "stack" else "top"
+        self.role = PRIMARY_ROLE[self.family]
         self.obj = self.ctx.bindings[self.role]
         # gripper command in force during the step that ended at t (t >= 1); open at t = 0
         self.closed_cmd = (

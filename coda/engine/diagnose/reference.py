@@ -67,7 +67,7 @@ def _envelope(family: str, key: str) -> tuple[float, float]:
         r = spaces[split].get(key)
         for a, b in r if isinstance(r, list) else [r] if r is not None else []:
             lo, hi = min(lo, a), max(hi, b)
-    if family == "pick_place" and key == "container_y":  # sampled as a magnitude on either side
+    if key.endswith("_y") and key[: -len("_y")] in REGISTRY[family].mirrored:  # a magnitude on either side
         lo, hi = -hi, hi
     return lo, hi
 

@@ -28,6 +28,7 @@ from coda.sim.world import ACTION_SCALE, DOWN_QUAT
 
 SPLITS = ("seed", "generator", *SUITES)
 State = dict[str, np.ndarray]
+DISTRACTOR_BOX = ((0.32, 0.68), (-0.32, 0.32))  # (x, y) ranges where every sampler places distractors
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,14 @@ def uniform(rng: np.random.Generator, r) -> float:
 
 
 class Family:
-    """Base class of a task family. Subclasses set `rules` and `factors` and implement the hooks.
+    """Base class of a task family. Subclasses set `rules`, `factors`, `primary_role` and `phase_factors` and
+    implement the hooks.
 
-    `name`, `roles`, `variants`, `templates` and `goal_dim` are copied from the subclass's `rules`.
+    `name`, `roles`, `variants`, `templates` and `goal_dim` are copied from the subclass's `rules`. What the
+    data engine knows of a family lives here with it: its generative factors, the role whose object
+    attributes (scale, mass, friction, instance) those factors refer to, which factors can plausibly make
+    each phase fail (the prior a diagnoser and a compiler share) and the generator-space limits a program's
+    results are clamped to (`generator_limits`).
     """
 
     rules: ClassVar[TaskRules]
@@ -69,12 +75,24 @@ class Family:
     templates: ClassVar[tuple[str, ...]]
     goal_dim: ClassVar[int] = 0
     factors: ClassVar[tuple[str, ...]]  # generative factors the engine varies and diagnoses attribute to
+    primary_role: ClassVar[str]  # the role whose object attributes the factors scale, mass, ... refer to
+    # phase -> the factors that can plausibly make that phase fail, most plausible first
+    phase_factors: ClassVar[dict[str, tuple[str, ...]]]
+    # two task roles the sampler keeps apart, and by how much (metres): a program that moves one keeps it too
+    separation: ClassVar[tuple[tuple[str, str], float] | None] = None
+    mirrored: ClassVar[tuple[str, ...]] = ()  # position ranges sampled as a magnitude on either side (y)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         r = cls.rules
         cls.name, cls.roles, cls.variants, cls.templates = r.name, r.roles, r.variants, r.templates
         cls.goal_dim = r.goal_dim
+        if cls.primary_role not in cls.roles:
+            raise TypeError(f"{cls.__name__}.primary_role {cls.primary_role!r} is not one of {cls.roles}")
+        for phase, named in cls.phase_factors.items():
+            unknown = sorted(set(named) - set(cls.factors))
+            if unknown:
+                raise TypeError(f"{cls.__name__}.phase_factors[{phase!r}] names unknown factors {unknown}")
 
     # -- spaces ----------------------------------------------------------------------------------
     @classmethod
@@ -130,6 +148,22 @@ class Family:
     def instruction(cls, template_id: int, names: dict[str, str]) -> str:
         return cls.templates[template_id].format(**names)
 
+    @classmethod
+    def generator_limits(cls, role: str | None, attribute: str) -> list:
+        """The generator-space range(s) a program's (role, attribute) result is clamped to: one entry per
+        coordinate (x and y for a position, dx and dy for a goal offset), each a range or a union of ranges."""
+        space = cls.space("generator")
+        if attribute == "position":
+            ys = space[f"{role}_y"]
+            if role in cls.mirrored:  # a union of the range and its mirror image
+                ys = [(-ys[1], -ys[0]), tuple(ys)]
+            return [space[f"{role}_x"], ys]
+        if attribute == "yaw":
+            return [space[f"{role}_yaw"]]
+        if attribute == "goal_offset":
+            return [space["goal_dx"], space["goal_dy"]]
+        return [space[attribute]]
+
     # -- sampling ---------------------------------------------------------------------------------
     @classmethod
     def sample(cls, rng: np.random.Generator, catalog, split: str = "seed") -> SceneSpec:
@@ -164,7 +198,7 @@ class Family:
         for _ in range(n):
             asset = pool[int(rng.integers(len(pool)))]
             for _attempt in range(20):
-                x, y = rng.uniform(0.32, 0.68), rng.uniform(-0.32, 0.32)
+                x, y = rng.uniform(*DISTRACTOR_BOX[0]), rng.uniform(*DISTRACTOR_BOX[1])
                 if all(math.hypot(x - ox, y - oy) > r + 0.07 for ox, oy, r in occupied):
                     occupied.append((x, y, 0.05))
                     objs.append(cls._object(rng, asset, cls.space("seed")))

@@ -105,6 +105,16 @@ def _wrap_half(a: float) -> float:
 class Drawer(Family):
     rules = DRAWER
     factors = ("cabinet_position", "cabinet_yaw", "scale", "friction", "part", "instance", "instruction")
+    primary_role = "cabinet"
+    phase_factors = {
+        "reach": ("cabinet_position", "cabinet_yaw", "instruction", "instance"),
+        "grasp": ("cabinet_yaw", "instance", "scale", "cabinet_position"),
+        "pull": ("friction", "cabinet_yaw", "instance", "scale"),
+        "open": ("friction", "cabinet_yaw", "scale"),
+        "contact": ("cabinet_yaw", "instance", "cabinet_position"),
+        "push": ("friction", "cabinet_yaw", "scale"),
+        "close": ("friction", "cabinet_yaw", "scale"),
+    }
     close_templates = DRAWER_CLOSE_TEMPLATES
 
     @classmethod

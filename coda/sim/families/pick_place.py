@@ -85,6 +85,21 @@ class PickPlace(Family):
         "instance",
         "instruction",
     )
+    primary_role = "target"
+    phase_factors = {
+        "reach": ("target_position", "distractors", "target_yaw", "instruction", "instance"),
+        "grasp": ("target_yaw", "scale", "instance", "friction", "target_position"),
+        "lift": ("mass", "friction", "scale", "instance"),
+        "transport": ("container_position", "mass", "friction", "distractors"),
+        "place": ("container_position", "scale", "instance", "target_yaw"),
+    }
+    separation = (("target", "container"), 0.15)
+    mirrored = ("container",)  # the container goes left or right of the robot
+    # the container each variant builds: (asset id, category, colour)
+    containers = {
+        "bin": ("fixture/bin", "bin", (0.55, 0.45, 0.35, 1.0)),
+        "region": ("fixture/region", "region", (0.2, 0.7, 0.3, 1.0)),
+    }
 
     @classmethod
     def asset_ok(cls, asset) -> bool:
@@ -105,13 +120,14 @@ class PickPlace(Family):
         if side == "right" and split not in ("layouts",):
             ty = -ty  # keep the target on the far side from the container
         cyaw = round(float(rng.uniform(-0.2, 0.2)), 4) if split == "generator" else 0.0
+        asset_id, category, rgba = cls.containers["bin" if variant == "bin" else "region"]
         container = ObjectSpec(
-            "fixture/bin" if variant == "bin" else "fixture/region",
-            "bin" if variant == "bin" else "region",
+            asset_id,
+            category,
             scale=round(float(rng.uniform(0.95, 1.1)), 4),
             mass=1.0,
             friction=1.0,
-            rgba=(0.55, 0.45, 0.35, 1.0) if variant == "bin" else (0.2, 0.7, 0.3, 1.0),
+            rgba=rgba,
         )
         poses = [
             Pose(round(tx, 4), round(ty, 4), round(uniform(rng, sp["target_yaw"]), 4)),

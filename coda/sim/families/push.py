@@ -75,6 +75,14 @@ class Push(Family):
         "instance",
         "instruction",
     )
+    primary_role = "target"
+    phase_factors = {
+        "reach": ("target_position", "target_yaw", "distractors", "instruction"),
+        "contact": ("target_yaw", "scale", "instance", "target_position"),
+        "push": ("goal_offset", "friction", "mass", "target_yaw"),
+        "arrive": ("goal_offset", "friction", "mass", "scale"),
+    }
+    goal_box = ((0.32, 0.7), (-0.32, 0.32))  # (x, y) ranges the goal region is kept in
 
     @classmethod
     def asset_ok(cls, asset) -> bool:
@@ -91,7 +99,8 @@ class Push(Family):
         dx, dy = uniform(rng, sp["goal_dx"]), uniform(rng, sp["goal_dy"])
         if variant == "sideways":  # the push runs mostly along y
             dx, dy = dy, math.copysign(max(abs(dx), 0.08), -ty if abs(ty) > 0.05 else dx)
-        gx, gy = min(max(tx + dx, 0.32), 0.7), min(max(ty + dy, -0.32), 0.32)
+        (gx_lo, gx_hi), (gy_lo, gy_hi) = cls.goal_box
+        gx, gy = min(max(tx + dx, gx_lo), gx_hi), min(max(ty + dy, gy_lo), gy_hi)
         region = ObjectSpec(
             "fixture/region", "region", scale=1.0, mass=1.0, friction=1.0, rgba=(0.2, 0.7, 0.3, 1.0)
         )

@@ -65,6 +65,15 @@ class Stack(Family):
         "instance",
         "instruction",
     )
+    primary_role = "top"
+    separation = (("top", "base"), 0.1)
+    phase_factors = {
+        "reach": ("top_position", "distractors", "top_yaw", "instruction", "instance"),
+        "grasp": ("top_yaw", "scale", "instance", "friction", "top_position"),
+        "lift": ("mass", "friction", "scale", "instance"),
+        "align": ("base_position", "base_yaw", "distractors", "top_yaw"),
+        "place": ("base_yaw", "scale", "base_position", "instance"),
+    }
 
     @classmethod
     def asset_ok(cls, asset) -> bool:
