@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from coda.engine import compile as C
-from coda.engine.factors import FACTORS, PHASE_FACTORS, factor_target
 from coda.engine.interpret import apply_generation
 from coda.memory import programs as P
+from coda.memory.factors import FACTORS, PHASE_FACTORS, factor_target
 from coda.sim.families import REGISTRY
 from coda.sim.families.ranges import RANGES, TRAIN_TEMPLATES
 

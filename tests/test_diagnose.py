@@ -20,8 +20,8 @@ from coda.engine.diagnose import (
     make_diagnoser,
     render_keyframes,
 )
-from coda.engine.factors import FACTORS, PHASE_FACTORS
 from coda.errors import ProgramError
+from coda.memory.factors import FACTORS, PHASE_FACTORS
 from coda.sim.families import REGISTRY
 from coda.sim.rollout import RolloutRecord, plan_episode, run_episode
 

@@ -153,7 +153,7 @@ def test_drawer_success_never_precedes_the_grasp_or_contact_phase(small_data, wo
 def test_a_family_declares_what_the_engine_knows_of_it(family):
     """Its phase prior covers every phase of every variant and names only its own factors; the engine's tables
     (factors, primary role, phase priors, generator limits) are read from the family, not kept beside it."""
-    from coda.engine.factors import FACTORS, PHASE_FACTORS, PRIMARY_ROLE
+    from coda.memory.factors import FACTORS, PHASE_FACTORS, PRIMARY_ROLE
     from coda.memory.programs import generator_limits
 
     cls = REGISTRY[family]

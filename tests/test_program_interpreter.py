@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from coda.engine import interpret, transfer
-from coda.engine.factors import FACTORS
 from coda.memory import programs as P
+from coda.memory.factors import FACTORS
 from coda.memory.programs import ProgramError
 from coda.sim.families import REGISTRY
 from coda.sim.families.base import is_heldout_instance

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from coda.engine import interpret, transfer
-from coda.engine.factors import ATTRIBUTES, FACTORS
 from coda.memory import programs as P
+from coda.memory.factors import ATTRIBUTES, FACTORS
 from coda.memory.programs import ProgramError
 from coda.sim.families import REGISTRY
 from coda.sim.families.ranges import RANGES, TRAIN_TEMPLATES

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from coda.engine.factors import ATTRIBUTES
 from coda.learn.text2potential import sparse_fragment
 from coda.memory import programs as P
+from coda.memory.factors import ATTRIBUTES
 from coda.memory.programs import ProgramError
 from coda.sim.families.ranges import TRAIN_TEMPLATES
 from tests._program_helpers import RICH, gen

@@ -208,8 +208,8 @@ class PyBulletDomain:
     def transfer(self, program: dict[str, Any], family: str, phase: str) -> tuple[dict, str] | None:
         """Appendix A: the program lifted to `family` when it binds to the family's first base scene, and
         the mode's phase there (the mode's own when the family has it for the perturbed factor)."""
-        from coda.engine.factors import PHASE_FACTORS
         from coda.engine.transfer import bind_roles, transfer_program
+        from coda.memory.factors import PHASE_FACTORS
         from coda.sim.scene import SceneSpec
 
         lifted = transfer_program(program, family)

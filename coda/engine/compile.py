@@ -38,10 +38,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from coda.engine.factors import FACTORS, PHASE_FACTORS, factor_target
 from coda.errors import ProgramError
 from coda.learn.predicates import library_spec
 from coda.learn.text2potential import Text2Potential
+from coda.memory.factors import FACTORS, PHASE_FACTORS, factor_target
 from coda.memory.programs import (
     UNSUPPORTED,
     dsl_spec,

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from coda.engine.factors import FACTORS, PRIMARY_ROLE
+from coda.memory.factors import FACTORS, PRIMARY_ROLE
 
 CANDIDATE_SHARE = 0.25  # at most this share of the mode slots tests candidate modes ...
 CANDIDATE_MIN_DIAGNOSES = 2  # ... that have recurred: a failure seen once is not yet a mode (paper §3.2)
@@ -401,7 +401,7 @@ def exhibits(program: dict, scene) -> bool:
     diagnosis is confirmed by its mode's control experiment only when its own failing scene exhibits the
     validated difficulty; this reads the scene, never the program that generated it."""
     from coda.engine.diagnose import factor_values
-    from coda.engine.factors import TASK_ATTRIBUTES, factor_name
+    from coda.memory.factors import TASK_ATTRIBUTES, factor_name
     from coda.memory.programs import variant_choices
 
     if program.get("family") != scene.family:

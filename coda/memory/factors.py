@@ -12,7 +12,9 @@ variant its failing scenes had. Variant names are per family, so a transferred p
 
 This table is part of the program schema (`coda.memory.programs` validates against it), so it lives beside
 the schema. It is derived from what each family declares in `coda.sim.families` (``factors``,
-``primary_role``); the data engine's phase priors (``PHASE_FACTORS``) come from there too.
+``primary_role``), as is ``PHASE_FACTORS``, the prior a diagnoser and a compiler share: which factors can
+plausibly make a given phase of a family fail, most plausible first (domain knowledge about the tasks, not
+about any program).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from coda.sim.families import REGISTRY
 __all__ = [
     "ATTRIBUTES",
     "FACTORS",
+    "PHASE_FACTORS",
     "PRIMARY_ROLE",
     "SCENE_ATTRIBUTES",
     "TASK_ATTRIBUTES",
@@ -50,6 +53,11 @@ TASK_ATTRIBUTES = (VARIANT,)  # the task component: one of the family's generato
 
 # the role whose object attributes (scale, mass, friction, instance) a family's factors refer to
 PRIMARY_ROLE = {family: cls.primary_role for family, cls in REGISTRY.items()}
+# family -> phase -> factors that can plausibly make that phase fail, most plausible first (each family's
+# `phase_factors`, checked against its factors when the family class is defined)
+PHASE_FACTORS: dict[str, dict[str, tuple[str, ...]]] = {
+    family: dict(cls.phase_factors) for family, cls in REGISTRY.items()
+}
 
 # family -> factor -> (role or None, attribute)
 FACTORS: dict[str, dict[str, tuple[str | None, str]]] = {}

@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from coda.engine.compile import TemplateCompiler
-from coda.engine.factors import PHASE_FACTORS
 from coda.engine.interpret import apply_generation
 from coda.memory import programs as P
+from coda.memory.factors import PHASE_FACTORS
 from coda.memory.programs import ProgramError
 from coda.memory.store import load_snapshot
 from coda.sim.families import REGISTRY

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from coda.engine.factors import PRIMARY_ROLE, factor_name
 from coda.learn.predicates import _wrap_half, gripper_yaw
+from coda.memory.factors import PRIMARY_ROLE, factor_name
 from coda.sim.families.base import SceneContext, grasp_yaw, yaw_of
 from coda.sim.families.push import GOAL_TOL
 from coda.sim.rollout import RolloutRecord

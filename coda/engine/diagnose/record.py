@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from coda.engine.diagnose.reference import TrainingReference
-from coda.engine.factors import FACTORS
 from coda.errors import ProgramError
+from coda.memory.factors import FACTORS
 from coda.sim.families import REGISTRY
 from coda.sim.rollout import RolloutRecord
 from coda.sim.scene import SceneSpec

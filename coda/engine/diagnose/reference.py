@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from coda.engine.factors import FACTORS, PRIMARY_ROLE
 from coda.errors import ProgramError
+from coda.memory.factors import FACTORS, PRIMARY_ROLE
 from coda.sim.families import REGISTRY
 from coda.sim.families.ranges import RANGES
 from coda.sim.scene import SceneSpec

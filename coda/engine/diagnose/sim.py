@@ -17,7 +17,7 @@ import numpy as np
 from coda.engine.diagnose.evidence import Evidence, collect_evidence
 from coda.engine.diagnose.record import MAX_CAUSE_CHARS, Diagnoser, Diagnosis, Failure, FailureCritic
 from coda.engine.diagnose.reference import TrainingReference
-from coda.engine.factors import FACTORS, PHASE_FACTORS
+from coda.memory.factors import FACTORS, PHASE_FACTORS
 from coda.sim.rollout import RolloutRecord
 from coda.sim.scene import SceneSpec
 

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from coda.engine.diagnose.record import MAX_CAUSE_CHARS, Diagnosis, Failure, FailureCritic
-from coda.engine.factors import FACTORS
 from coda.errors import ProgramError
+from coda.memory.factors import FACTORS
 from coda.sim.rollout import RolloutRecord
 from coda.sim.scene import SceneSpec
 
