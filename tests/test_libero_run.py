@@ -114,6 +114,9 @@ def test_retarget_variants_round_trip_and_leave_other_keys_unchanged():
         ({"rehearsal_share": "half"}, "rehearsal_share"),
         ({"curve_states": 0}, "curve_states"),
         ({"eval_states": 4, "curve_states": 5}, "curve_states"),
+        ({"lr": 0.0}, "lr"),
+        ({"lr": "1e-4"}, "lr"),
+        ({"awr_weight": -0.5}, "awr_weight"),
     ],
 )
 def test_libero_config_checks_the_rehearsal_share_and_the_curve_states(change, field):
@@ -138,6 +141,19 @@ def test_rounds_rehearse_every_sft_demonstration_with_the_libero_share_and_evalu
     assert c.rehearsal_share == 0.8  # LIBERO's own share, not coevolve's
     assert c.rehearsal_per_family == cfg.libero.demo_states * cfg.libero.demo_repeats  # all of them
     assert c.eval_every == 1 and c.final_eval == "full" and c.rounds == cfg.libero.rounds
+
+
+def test_rounds_take_libero_s_learning_rate_and_awr_weight_where_set_and_coevolve_s_otherwise():
+    from coda.config import load_params
+
+    cfg = load_params("params.yaml", profile="cpu")
+    unset = dataclasses.replace(cfg, libero=dataclasses.replace(cfg.libero, lr=None, awr_weight=None))
+    c = lr.rounds_config(unset)
+    assert (c.lr, c.awr_weight) == (cfg.coevolve.lr, cfg.coevolve.awr_weight)
+    own = dataclasses.replace(cfg, libero=dataclasses.replace(cfg.libero, lr=2.5e-5, awr_weight=0.25))
+    c = lr.rounds_config(own)
+    assert (c.lr, c.awr_weight) == (2.5e-5, 0.25)
+    assert c.batch_size == cfg.coevolve.batch_size  # the rest of the recipe is coevolve's
 
 
 def test_the_domain_evaluates_the_curve_states_every_round_and_all_of_them_at_the_end(monkeypatch):

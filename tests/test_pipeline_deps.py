@@ -66,3 +66,19 @@ def test_run_stages_depend_on_their_own_domain_only():
         assert not any(d.startswith("coda/domains/libero") for d in deps[name]), name
     for name in ("libero_sft", "libero_coda", "libero_uniform"):
         assert {"coda/domains/libero.py", "coda/domains/libero_episodes.py"} <= set(deps[name]), name
+
+
+def test_the_libero_sft_stage_names_only_the_sft_keys_of_libero():
+    """Choosing the rounds' budget or recipe (rounds, rehearsal share, learning rate, ...) leaves the LIBERO SFT
+    up to date; every key it names is a field of `LiberoConfig`."""
+    import dataclasses
+
+    from coda.config.sections import LiberoConfig
+
+    params = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["libero_sft"]["params"]
+    prefix = "profiles.${base.profile}.libero"
+    assert prefix not in params
+    keys = {p.removeprefix(prefix + ".") for p in params if p.startswith(prefix + ".")}
+    assert keys <= {f.name for f in dataclasses.fields(LiberoConfig)}, keys
+    assert {"suite", "tasks", "demo_states", "demo_repeats", "eval_states", "epochs"} <= keys
+    assert not keys & {"rounds", "envs_per_task", "demos_per_task", "rehearsal_share", "lr", "awr_weight"}

@@ -175,7 +175,11 @@ class LiberoConfig:
     demos_per_task: int = 4  # planner demonstrations per source task per round (coevolve's demos_per_family)
     # share of every round's imitation batches drawn from the SFT demonstrations of the source tasks (all of
     # them are rehearsed), the rest from the rounds' planner demonstrations (coevolve's rehearsal_share)
-    rehearsal_share: float = 0.5
+    rehearsal_share: float = 0.9
+    # the rounds' learning rate and AWR weight where LIBERO's differ from coevolve's (None: coevolve's); a
+    # benchmark choice stated in docs/LIBERO.md and applied to every LIBERO method alike
+    lr: float | None = None
+    awr_weight: float | None = None
     workers: int = 2  # simulator worker processes
 
     def __post_init__(self) -> None:
@@ -220,6 +224,12 @@ class LiberoConfig:
             if not 0 <= value <= 1:
                 raise ConfigError(key, f"expected a number in [0, 1], got {value}")
             object.__setattr__(self, key, value)
+        if self.lr is not None:
+            object.__setattr__(self, "lr", _check_float("lr", self.lr, above=0.0))
+        if self.awr_weight is not None:
+            object.__setattr__(self, "awr_weight", _check_float("awr_weight", self.awr_weight, above=None))
+            if self.awr_weight < 0:
+                raise ConfigError("awr_weight", f"expected a number >= 0, got {self.awr_weight}")
 
 
 SCALING_MODES = ("uniform", "targeted")

@@ -126,12 +126,15 @@ def run_sft(cfg, out: str | Path, *, seed: int = 0) -> dict[str, Any]:
 
 # -- co-evolution rounds -----------------------------------------------------------------------------------
 def rounds_config(cfg):
-    """The loop's configuration on LIBERO: the profile's `coevolve` recipe with `libero`'s budget and
-    rehearsal (every SFT demonstration, `libero.rehearsal_share` of each imitation batch), evaluated after
-    every round (the curve's states; the last round: all evaluation states)."""
+    """The loop's configuration on LIBERO: the profile's `coevolve` recipe (its learning rate and AWR
+    weight replaced by `libero`'s where set) with `libero`'s budget and rehearsal (every SFT demonstration,
+    `libero.rehearsal_share` of each imitation batch), evaluated after every round (the curve's states; the
+    last round: all evaluation states)."""
     c = cfg.libero
+    recipe = {k: v for k, v in (("lr", c.lr), ("awr_weight", c.awr_weight)) if v is not None}
     return dataclasses.replace(
         cfg.coevolve,
+        **recipe,
         rounds=c.rounds,
         envs_per_family=c.envs_per_task,
         demos_per_family=c.demos_per_task,
