@@ -2,7 +2,7 @@
 
 For every source task of the suite: each object's settled x/y on the initial states the co-evolution rounds
 use (``libero.demo_states`` .. 50 - ``libero.eval_states``), as the distance to the nearest of its positions on
-the SFT demonstration states. The rollout-grounded diagnoser (`coda.sim.libero.diagnose`) counts an object as
+the SFT demonstration states. The rollout-grounded diagnoser (`coda.domains.libero.diagnose`) counts an object as
 moved beyond `LiberoDiagnoser.threshold`, which must lie well above this natural spread.
 
 Usage: python benchmarks/libero_init_spread.py --json [--suite libero_object] [--tasks 0-9]
@@ -16,9 +16,9 @@ import json
 import numpy as np
 
 from coda.config import load_params
-from coda.domains.libero_episodes import N_INIT
+from coda.domains.libero.diagnose import LiberoDiagnoser
+from coda.domains.libero.episodes import N_INIT
 from coda.sim.libero import LiberoEnv, require
-from coda.sim.libero.diagnose import LiberoDiagnoser
 
 
 def spread(suite: str, task: int, demo_states: int, eval_states: int) -> list[float]:

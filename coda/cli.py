@@ -217,12 +217,12 @@ def _parser() -> argparse.ArgumentParser:
         help="continue a finished run (copied into --out) up to coevolve.long_rounds rounds (Figure 3)",
     )
 
-    from coda.memory.cli import add_memory_commands
-    from coda.report.cli import add_memory_report_command
+    from coda.memory.commands import add_memory_commands
+    from coda.report.commands import add_memory_report_command
 
     add_memory_report_command(add_memory_commands(sub))
 
-    from coda.libero.cli import add_libero_commands
+    from coda.libero_pro.commands import add_libero_commands
 
     add_libero_commands(sub)
 
@@ -240,7 +240,7 @@ def _parser() -> argparse.ArgumentParser:
 
     add_status_command(sub)
 
-    from coda.report.cli import add_render_command, add_report_commands
+    from coda.report.commands import add_render_command, add_report_commands
 
     add_report_commands(sub)
     add_render_command(sub)
@@ -383,24 +383,24 @@ def run(argv: list[str] | None = None) -> int:
         print(json.dumps({k: v for k, v in metrics.items() if k not in ("schedule_checks", "eval_outcomes")}))
     elif args.cmd == "memory":
         if args.memory_cmd == "report":
-            from coda.report.cli import run_memory_report_command
+            from coda.report.commands import run_memory_report_command
 
             _memory_report_scenes(args)
             return run_memory_report_command(args)
-        from coda.memory.cli import run_memory_command
+        from coda.memory.commands import run_memory_command
 
         return run_memory_command(args)
     elif args.cmd == "report":
-        from coda.report.cli import run_report_command
+        from coda.report.commands import run_report_command
 
         return run_report_command(args)
     elif args.cmd == "render":
-        from coda.report.cli import run_render_command
+        from coda.report.commands import run_render_command
 
         ensure_scenes(Path(args.data), cfg, whole=False)
         return run_render_command(args)
     elif args.cmd == "libero":
-        from coda.libero.cli import run_libero_command
+        from coda.libero_pro.commands import run_libero_command
 
         return run_libero_command(args, cfg)
     elif args.cmd == "prune":

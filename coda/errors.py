@@ -2,8 +2,8 @@
 
 `UserError` is raised for problems the user can fix from the command line: a missing data directory, an
 unknown family or method, a corrupt memory snapshot, a run directory that does not exist. It lives in this
-small module, which imports nothing from ``coda``, so that the subcommand modules (`coda.memory.cli`,
-`coda.libero.cli`, `coda.maintenance`, ...) and the entry point `coda.cli`, which imports them, can all raise
+small module, which imports nothing from ``coda``, so that the subcommand modules (`coda.memory.commands`,
+`coda.libero_pro.commands`, `coda.maintenance`, ...) and the entry point `coda.cli`, which imports them, can all raise
 it without importing each other. `coda.cli.main` also prints `coda.config.ConfigError` (a bad
 ``params.yaml``) and `coda.sim.scene.SceneSpecError` (a bad scene file) this way. `ProgramError` (a program,
 potential fragment or diagnosis that fails validation, naming the field) lives here too: the memory's schemas,

@@ -127,7 +127,7 @@ def test_the_loop_does_not_import_a_simulator():
         "coda.coevolve.state",
         "coda.coevolve.methods",
     ):
-        sims = {t for t in graph[m] if t.startswith(("coda.sim", "coda.libero", "coda.domains."))}
+        sims = {t for t in graph[m] if t.startswith(("coda.sim", "coda.libero_pro", "coda.domains."))}
         assert not sims, f"{m} imports {sims}"
 
 
@@ -139,10 +139,10 @@ LAYERS = (
     ("coda.data", "coda.evaluate"),
     ("coda.learn",),
     ("coda.memory",),
-    ("coda.engine", "coda.libero.programs"),
+    ("coda.engine",),
     ("coda.domains",),  # the Domain implementations and their registry
     ("coda.coevolve",),
-    ("coda.scaling", "coda.regimes", "coda.libero", "coda.commands"),
+    ("coda.scaling", "coda.regimes", "coda.libero_pro", "coda.commands"),
     ("coda.report", "coda.maintenance", "coda.differences", "coda.verify"),
     ("coda.cli", "coda.__main__", "coda"),
 )

@@ -12,7 +12,7 @@ import pybullet as p
 import pytest
 
 from coda import data
-from coda.sim import numerics
+from coda.sim import exact_math
 from coda.sim.families import REGISTRY
 from coda.sim.rollout import observation_vector, plan_episode
 from coda.sim.world import ACTION_SCALE, EE_LINK, FINGER_JOINTS, MAX_LEAD, WORKSPACE_HI, WORKSPACE_LO
@@ -35,7 +35,7 @@ def _reference_target(world, action: np.ndarray) -> np.ndarray:
     ee = np.array(ls[4])
     target = np.clip(world.target_pos + a[:3], WORKSPACE_LO, WORKSPACE_HI)
     lead = target - ee
-    dist = numerics.norm(lead)
+    dist = exact_math.norm(lead)
     return ee + lead * (MAX_LEAD / dist) if dist > MAX_LEAD else target
 
 

@@ -376,7 +376,7 @@ def test_cli_push_pull_in_a_fresh_process_honours_hf_endpoint(python_cli, hub, t
     script = (
         "import argparse, sys\n"
         "from coda.errors import UserError\n"
-        "from coda.memory.cli import add_memory_commands, run_memory_command\n"
+        "from coda.memory.commands import add_memory_commands, run_memory_command\n"
         "ap = argparse.ArgumentParser(); add_memory_commands(ap.add_subparsers(dest='cmd'))\n"
         "try:\n"
         "    sys.exit(run_memory_command(ap.parse_args(sys.argv[1:])))\n"
@@ -404,7 +404,7 @@ def test_cli_push_pull_in_a_fresh_process_honours_hf_endpoint(python_cli, hub, t
 def test_cli_push_shows_the_provenance_recorded_at_write_time_else_the_runs(hub, tmp_path):
     """`coda memory push`'s card: a snapshot's recorded provenance (git SHA, params), not the run.json's
     (which a resumed run may have rewritten under other code); run.json's only for a snapshot without one."""
-    from coda.memory.cli import memory_push
+    from coda.memory.commands import memory_push
 
     run = tmp_path / "run"
     run.mkdir()

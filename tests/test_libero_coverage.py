@@ -1,5 +1,5 @@
-"""Coverage of the held-out suites' regions by generated LIBERO environments (`coda.sim.libero.coverage`), the
-per-round curve's tables (`coda.sim.libero.tables`) and the report built from them: Table 2 with uniform beside
+"""Coverage of the held-out suites' regions by generated LIBERO environments (`coda.domains.libero.coverage`), the
+per-round curve's tables (`coda.sim.libero.success`) and the report built from them: Table 2 with uniform beside
 CoDA, its curve over rounds and the coverage table. With the [libero] extra, the held-out suites' own
 evaluation episodes land in their own regions by the same definition."""
 
@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 
-from coda.sim.libero import coverage
-from coda.sim.libero.diagnose import PROPRIO, LiberoReference
-from coda.sim.libero.tables import curve, restrict, success_table
+from coda.domains.libero import coverage
+from coda.domains.libero.diagnose import PROPRIO, LiberoReference
+from coda.sim.libero.success import curve, restrict, success_table
 
 OBJECTS = ("basket_1", "butter_1", "ketchup_1", "milk_1")
 HOME = {"basket_1": (0.0, 0.25), "milk_1": (0.1, -0.1), "ketchup_1": (-0.1, -0.1), "butter_1": (-0.1, 0.1)}
@@ -144,7 +144,7 @@ def _rows(path):
 
 
 def test_the_report_puts_uniform_beside_coda_and_builds_the_curve_and_the_coverage(tmp_path):
-    from coda.report import libero as report
+    from coda.report import libero_tables as report
     from coda.report.tables import OURS
 
     root, out = _write_runs(tmp_path / "runs"), tmp_path / "figures"
@@ -184,7 +184,7 @@ def test_every_held_out_suite_s_evaluation_episodes_land_in_its_own_region(task)
 
     if not libero.available():
         pytest.skip(f"LIBERO is not installed ({libero.EXTRA_HINT})")
-    from coda.domains.libero_episodes import SuiteObservation, suite_objects
+    from coda.domains.libero.episodes import SuiteObservation, suite_objects
 
     objects = suite_objects("libero_object")
     observe = SuiteObservation(objects)

@@ -8,8 +8,8 @@ import json
 
 import numpy as np
 
-from coda.libero import programs as lp
-from coda.sim.libero.diagnose import PROPRIO, LiberoDiagnoser, LiberoReference, initial_positions
+from coda.domains.libero import interpret as lp
+from coda.domains.libero.diagnose import PROPRIO, LiberoDiagnoser, LiberoReference, initial_positions
 
 OBJECTS = ("basket_1", "butter_1", "ketchup_1", "milk_1")
 PHASES = ("reached", "grasped", "lifted", "above_target", "placed")
@@ -112,7 +112,7 @@ def test_the_domain_diagnoses_from_the_rollout_alone():
     """`LiberoDomain.diagnose` never reads the built environment (the variant JSON with its shifts, swap,
     paraphrase and program id), and the rollout view keeps no record `meta` (where the episode notes the
     shifts it applied)."""
-    from coda.domains.libero import LiberoDomain, LiberoRollout
+    from coda.domains.libero.domain import LiberoDomain, LiberoRollout
 
     domain = LiberoDomain.__new__(LiberoDomain)
     domain.diagnoser, domain.reference = DIAG, reference()

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from coda.config import load_params
+from coda.domains.libero import interpret as lp
+from coda.domains.libero.diagnose import LiberoDiagnoser, LiberoReference, nearest_others
 from coda.engine.generate import EnvRequest
-from coda.libero import programs as lp
 from coda.sim.libero import heldout
-from coda.sim.libero.diagnose import LiberoDiagnoser, LiberoReference, nearest_others
 
 OBJECT = "pick up the alphabet soup and place it in the basket"
 
@@ -90,7 +90,7 @@ def test_paraphrases_never_draw_a_held_out_instruction():
 
 def _domain(c) -> object:
     """A LiberoDomain of source task 0 without the simulator: what `_variant` and `build` read."""
-    from coda.domains.libero import LiberoDomain
+    from coda.domains.libero.domain import LiberoDomain
 
     d = LiberoDomain.__new__(LiberoDomain)
     d.c, d.seed = c, 0
@@ -199,7 +199,7 @@ def test_no_retarget_or_paraphrase_of_any_source_task_is_a_held_out_combination(
     retarget instruction or paraphrase (every template, wording of in/on, with and without articles) reads as
     a held-out `_lan`/`_task` instruction once the held-out ones are avoided."""
     lib = _libero()
-    from coda.domains import libero_episodes as le
+    from coda.domains.libero import episodes as le
 
     c = load_params("params.yaml", profile="cpu").libero
     for t in range(lib.n_tasks("libero_object")):

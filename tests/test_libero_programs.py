@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from coda.libero import programs as lp
+from coda.domains.libero import interpret as lp
 from coda.memory.programs import ProgramError, validate_program
 from coda.memory.store import Memory, load_snapshot, save_snapshot
 
@@ -276,7 +276,7 @@ def test_a_placed_variant_exhibits_its_placement_program_only():
     shift by the same numbers, nor a placement elsewhere."""
     import json
 
-    from coda.domains.libero import LiberoDomain
+    from coda.domains.libero.domain import LiberoDomain
 
     domain = LiberoDomain.__new__(LiberoDomain)
     doc = lp.validate_generation(place())

@@ -10,11 +10,11 @@ import json
 import numpy as np
 import pytest
 
-from coda.domains import libero_episodes as le
-from coda.domains.libero import LiberoRollout, PhasePotential
+from coda.domains.libero import episodes as le
+from coda.domains.libero import interpret as lp
+from coda.domains.libero.domain import LiberoRollout, PhasePotential
 from coda.learn.demos import pack_demos, unpack_demos
-from coda.libero import programs as lp
-from coda.libero import run as lr
+from coda.libero_pro import run as lr
 
 
 def test_suite_observation_marks_present_objects_relative_to_the_hand():
@@ -186,7 +186,7 @@ def test_the_domain_evaluates_the_curve_states_every_round_and_all_of_them_at_th
 
 
 def test_the_domain_rehearses_every_sft_demonstration_of_every_task():
-    from coda.domains.libero import LiberoDomain
+    from coda.domains.libero.domain import LiberoDomain
 
     domain = LiberoDomain.__new__(LiberoDomain)
     domain.sft_demos = [{"instruction": f"task {t}", "k": k} for t in range(3) for k in range(4)]
@@ -197,7 +197,7 @@ def test_the_domain_rehearses_every_sft_demonstration_of_every_task():
 def test_the_cli_runs_coda_or_uniform():
     import argparse
 
-    from coda.libero.cli import add_libero_commands
+    from coda.libero_pro.commands import add_libero_commands
 
     parser = argparse.ArgumentParser()
     add_libero_commands(parser.add_subparsers(dest="cmd"))

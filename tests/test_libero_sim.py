@@ -50,7 +50,7 @@ def test_shift_moves_object(env):
 
 
 def test_program_roles_name_movable_objects_and_a_swap_never_moves_the_target(env):
-    from coda.domains.libero_episodes import _role_object, swap_shifts
+    from coda.domains.libero.episodes import _role_object, swap_shifts
 
     assert _role_object(env, "object") == "alphabet_soup_1"
     target = _role_object(env, "target")
@@ -117,10 +117,10 @@ def test_planner_solves_a_retargeted_program_and_its_demo_names_the_new_object()
     which is held out) instantiated, certified by the planner; its demonstration carries the retargeted
     instruction, never the held-out one, and the diagnoser, reading only that rollout's first observation and
     instruction, recovers the same rank."""
-    from coda.domains import libero_episodes as le
-    from coda.libero import programs as lp
+    from coda.domains.libero import episodes as le
+    from coda.domains.libero import interpret as lp
+    from coda.domains.libero.diagnose import LiberoDiagnoser, LiberoReference
     from coda.sim.libero import heldout
-    from coda.sim.libero.diagnose import LiberoDiagnoser, LiberoReference
 
     program = lp.validate_generation(
         {"family": "libero_object", "task": 0, "perturbs": "instruction", "retarget": {"ranks": [3]}}
@@ -156,8 +156,8 @@ def test_planner_certifies_a_placement_and_a_fifth_neighbour_swap():
     """The new position operators reach the `_swap` region: the goal object placed at a free table position
     (off every SFT position) and swapped with its 5th nearest neighbour (rank 4, LIBERO-Pro `_swap` 4's and
     9's partner rank), both valid layouts the planner solves."""
-    from coda.domains import libero_episodes as le
-    from coda.libero import programs as lp
+    from coda.domains.libero import episodes as le
+    from coda.domains.libero import interpret as lp
 
     for variant, moved in (
         (lp.Variant(4, 20, places={"object": [-0.02, 0.1]}), 0.1),

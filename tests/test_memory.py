@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from coda.memory import modes, schema, snapshots, store, summary, tables
+from coda.memory import counts, modes, schema, shared_memory, snapshots, store
 from coda.memory.store import (
     SCHEMA,
     Memory,
@@ -443,7 +443,7 @@ def test_cli_inspect(tmp_path, capsys):
     import argparse
 
     from coda.cli import UserError
-    from coda.memory.cli import add_memory_commands, run_memory_command
+    from coda.memory.commands import add_memory_commands, run_memory_command
 
     save_snapshot(build_memory(), snapshot_path(tmp_path / "run", 1), round=1)
     ap = argparse.ArgumentParser()
@@ -466,7 +466,7 @@ def test_loading_never_unpickles(tmp_path, monkeypatch):
     for name in ("load", "loads", "Unpickler"):
         monkeypatch.setattr(pickle, name, refuse)
     assert load_snapshot(snap) == build_memory()
-    for module in (store, snapshots, schema, tables):
+    for module in (store, snapshots, schema, shared_memory):
         assert "pickle" not in vars(module)
 
 
@@ -481,10 +481,10 @@ def test_snapshot_files_are_plain_after_save(tmp_path):
 
 
 def test_store_keeps_the_import_paths_of_the_split_modules():
-    assert store.Memory is tables.Memory and store.DifficultyMode is modes.DifficultyMode
+    assert store.Memory is shared_memory.Memory and store.DifficultyMode is modes.DifficultyMode
     assert store.SCHEMA is schema.SCHEMA and store.arrow_schema is schema.arrow_schema
     assert store.load_snapshot is snapshots.load_snapshot
     assert store.MemoryFormatError is snapshots.MemoryFormatError
-    assert store.inspect is summary.inspect and store.summarize is summary.summarize
+    assert store.inspect is counts.inspect and store.summarize is counts.summarize
     assert store.in_band is modes.in_band and store.snapshot_path is snapshots.snapshot_path
     assert all(hasattr(store, name) for name in store.__all__)

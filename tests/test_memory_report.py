@@ -7,8 +7,8 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
+from coda.memory.shared_memory import Memory
 from coda.memory.store import latest_snapshot, load_snapshot
-from coda.memory.tables import Memory
 from coda.report.memory_report import esc, failures_section, modes_section, program_details
 from tests._browser import console, headless, needs_browser
 

@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from coda.maintenance import compare_runs, record
+from coda.memory.shared_memory import Memory
 from coda.memory.store import save_snapshot
-from coda.memory.tables import Memory
 from coda.report.keyframes import INDEX, read_index, record_candidates
 from coda.report.memory_report import FAILURES_PER_MODE, build_report, sorted_modes
 

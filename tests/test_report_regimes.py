@@ -11,7 +11,7 @@ import pytest
 
 from coda.evaluate import mean_se
 from coda.report.claims import STRONGEST_BASELINE, claims, strongest_baseline, t_test
-from coda.report.regimes import regime_results
+from coda.report.regime_tables import regime_results
 from coda.report.runs import FAMILIES, SUITES, RunResult, Runs, paired, regime_dirs
 from coda.report.targeting import count_splits, pool, targeting
 

@@ -7,7 +7,7 @@
 * `schedule` — fixed and adaptive round scheduling (`RoundScheduler`);
 * `state` — run state, checkpoints and resumption (`RunState`);
 * `domain` — the simulator interface (`Domain`), implemented by `coda.domains.pybullet.PyBulletDomain` and
-  `coda.domains.libero.LiberoDomain`.
+  `coda.domains.libero.domain.LiberoDomain`.
 
 See docs/ARCHITECTURE.md for one round step by step.
 """

@@ -2,7 +2,7 @@
 
 The loop (`coda.coevolve.loop`) is written once; a domain supplies its environments and everything that
 reads them. Two implementations: `coda.domains.pybullet.PyBulletDomain` (the four PyBullet task families) and
-`coda.domains.libero.LiberoDomain` (LIBERO-Pro source tasks).
+`coda.domains.libero.domain.LiberoDomain` (LIBERO-Pro source tasks).
 
 Environments travel as JSON strings (a PyBullet `SceneSpec`, a LIBERO variant) and requests as
 `coda.engine.generate.EnvRequest`s; a built environment is a `BuiltEnv` (``scene``, None when rejected,
@@ -49,7 +49,7 @@ class BuiltEnv(TypedDict):
 
 class RecordedRollout(Protocol):
     """A rollout record as the loop, the modes and `ChunkReplay.add_record` read it
-    (`coda.sim.rollout.RolloutRecord`, `coda.domains.libero.LiberoRollout`)."""
+    (`coda.sim.rollout.RolloutRecord`, `coda.domains.libero.domain.LiberoRollout`)."""
 
     success: bool
     phase_reached: int

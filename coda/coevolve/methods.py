@@ -4,8 +4,9 @@ A `Method` is three choices:
 
 * **generation** — a `Generation` strategy: which environment requests a round makes per family
   (`requests`) and what it learns from each rollout (`observe`, the success-rate buffer of sr_guided);
-* **shaping** — which potential shapes a rollout's reward: ``sparse`` (none), ``per_rollout`` (Text2potential
-  on the rollout's own diagnosis) or ``programs`` (the stored training program of the rollout's mode);
+* **shaping** — a `ShapingRule` (`coda.coevolve.shaping`): which potential shapes a rollout's reward, ``sparse``
+  (none), ``per_rollout`` (Text2potential on the rollout's own diagnosis) or ``programs`` (the stored training
+  program of the rollout's mode);
 * **what the memory keeps** — generation programs, training programs, or nothing; ``frozen`` reads another
   run's memory without writing (cross-backbone reuse, Table 7).
 
@@ -28,17 +29,15 @@ planner-demonstration budget and, under fixed scheduling, the same number of pol
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from coda.coevolve.shaping import PerRollout, ShapingRule, Sparse, TrainingPrograms
 from coda.engine import generate as gen
 
 if TYPE_CHECKING:
     from coda.coevolve.state import RunState
-
-Shaping = Literal["sparse", "per_rollout", "programs"]
-
 
 class Modes(Protocol):
     """What memory-guided generation reads of the run's modes (`coda.coevolve.mode_book.ModeBook`)."""
@@ -232,7 +231,7 @@ class Method:
 
     name: str
     generation: Generation
-    shaping: Shaping
+    shaping: ShapingRule
     store_generation: bool = False  # memory keeps (and generation uses) generation programs
     store_training: bool = False  # memory keeps (and training uses) training programs
     frozen: bool = False  # the memory comes from another run and is only read (cross-backbone reuse)
@@ -254,21 +253,21 @@ class Method:
     def diagnoses(self) -> bool:
         """Whether failed rollouts are diagnosed: for shaping or for the memory (a frozen memory learns
         nothing new)."""
-        return not self.frozen and (self.shaping != "sparse" or self.uses_memory)
+        return not self.frozen and (self.shaping.uses_diagnosis or self.uses_memory)
 
 
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method("sft", NoGeneration(), "sparse"),
-        Method("domain_rand", DomainRandomization(), "sparse"),
-        Method("uniform", Uniform(), "sparse"),
-        Method("sr_guided", SRGuided(), "sparse"),
-        Method("critic_no_memory", SRGuided(), "per_rollout"),
-        Method("coda", MemoryGuided(), "programs", store_generation=True, store_training=True),
-        Method("gen_store_only", MemoryGuided(), "per_rollout", store_generation=True),
-        Method("train_store_only", SRGuided(), "programs", store_training=True),
+        Method("sft", NoGeneration(), Sparse()),
+        Method("domain_rand", DomainRandomization(), Sparse()),
+        Method("uniform", Uniform(), Sparse()),
+        Method("sr_guided", SRGuided(), Sparse()),
+        Method("critic_no_memory", SRGuided(), PerRollout()),
+        Method("coda", MemoryGuided(), TrainingPrograms(), store_generation=True, store_training=True),
+        Method("gen_store_only", MemoryGuided(), PerRollout(), store_generation=True),
+        Method("train_store_only", SRGuided(), TrainingPrograms(), store_training=True),
         # Table 7: another backbone trained on a frozen memory of a finished run, without new generation
-        Method("memory_reuse", FrozenMemory(), "programs", store_training=True, frozen=True),
+        Method("memory_reuse", FrozenMemory(), TrainingPrograms(), store_training=True, frozen=True),
     )
 }

@@ -372,16 +372,9 @@ class ModeBook:
         return self.memory.program(mode.training_program_id)
 
     def potential_for(self, q, rec, diagnoses: dict[str, dict]):
-        """The rollout's potential under the method's shaping: its mode's training program (``programs``),
-        its own diagnosis (``per_rollout``) or none (``sparse``)."""
-        shaping = self.method.shaping
-        if shaping == "sparse":
-            return None
+        """The rollout's potential under the method's shaping rule (`coda.coevolve.shaping`)."""
         d = diagnoses.get(rollout_key(q, rec))
-        if shaping == "programs":
-            program = self.training_program(q.mode_id or (d or {}).get("mode_id"))
-            return self.domain.potential(rec, program=program)
-        return self.domain.potential(rec, diagnosis=d)
+        return self.method.shaping.potential(rec, d, q.mode_id, self, self.domain)
 
     def refine(self, r: int, rollouts: list) -> int:
         """Measured progress of each training program (mean end-of-rollout Φ of its targeted rollouts, in the

@@ -1,8 +1,8 @@
 """The simulator domains the co-evolution loop runs over: each implements `coda.coevolve.domain.Domain`.
 
 * ``pybullet`` — `coda.domains.pybullet.PyBulletDomain`: the four PyBullet task families (`coda.sim`);
-* ``libero`` — `coda.domains.libero.LiberoDomain`: LIBERO-Pro source tasks (`coda.sim.libero`, the
-  ``[libero]`` extra), with its worker jobs in `coda.domains.libero_episodes`.
+* ``libero`` — `coda.domains.libero.domain.LiberoDomain`: LIBERO-Pro source tasks (`coda.sim.libero`, the
+  ``[libero]`` extra), with its worker jobs in `coda.domains.libero.episodes`.
 
 The registry names each domain's class by module path and the factory imports it when asked, so the loop
 (`coda.coevolve`) reaches a simulator only through the domain it is given: importing this package loads no
@@ -23,7 +23,7 @@ __all__ = ["DOMAINS", "domain_class", "make_domain"]
 # name -> (module, class): the module is imported on first use
 DOMAINS: dict[str, tuple[str, str]] = {
     "pybullet": ("coda.domains.pybullet", "PyBulletDomain"),
-    "libero": ("coda.domains.libero", "LiberoDomain"),
+    "libero": ("coda.domains.libero.domain", "LiberoDomain"),
 }
 
 

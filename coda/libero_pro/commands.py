@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from coda.errors import UserError
-from coda.libero import METHODS
+from coda.libero_pro import METHODS
 
 
 def add_libero_commands(sub) -> None:
@@ -44,7 +44,7 @@ def add_libero_commands(sub) -> None:
 
 def run_libero_command(args, cfg) -> int:
     from coda.files import write_json
-    from coda.libero import run as lr
+    from coda.libero_pro import run as lr
     from coda.sim.libero import LiberoUnavailable
 
     seed = cfg.seed if args.seed is None else args.seed

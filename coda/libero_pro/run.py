@@ -1,5 +1,5 @@
 """The LIBERO-Pro experiment (Table 2): SFT on planner demonstrations, then CoDA rounds through the shared
-co-evolution loop (`coda.coevolve.loop.Loop` over `coda.domains.libero.LiberoDomain`).
+co-evolution loop (`coda.coevolve.loop.Loop` over `coda.domains.libero.domain.LiberoDomain`).
 
 * **SFT**: the scripted planner (`coda.sim.libero.planner`) demonstrates the first ``demo_states`` bundled
   initial states of each source task (one clean demonstration, the others with execution noise, labels
@@ -17,7 +17,7 @@ co-evolution loop (`coda.coevolve.loop.Loop` over `coda.domains.libero.LiberoDom
 Layout of a run directory: ``sft/`` (policy, demos.npz, metrics.json with the planner's per-task success and
 the evaluation); a rounds directory is a co-evolution run directory (`coda.coevolve.state`) whose
 ``rounds.json`` has every round's evaluation (``libero``) and ``coverage`` of the held-out suites' regions
-(`coda.sim.libero.coverage`), and whose ``metrics.json`` is Table 2's row (before, after, after_policy_only).
+(`coda.domains.libero.coverage`), and whose ``metrics.json`` is Table 2's row (before, after, after_policy_only).
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from coda import numerics
-from coda.domains.libero_episodes import (
+from coda.domains.libero import interpret as lp
+from coda.domains.libero.episodes import (
     Episode,
     SuiteObservation,
     demo_from,
@@ -43,10 +44,9 @@ from coda.domains.libero_episodes import (
 )
 from coda.files import write_json
 from coda.learn.demos import chunk_dataset, pack_demos
-from coda.libero import METHODS
-from coda.libero import programs as lp
+from coda.libero_pro import METHODS
 from coda.sim.libero import heldout
-from coda.sim.libero.tables import curve
+from coda.sim.libero.success import curve
 
 
 # -- SFT ---------------------------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from coda.errors import UserError
 
 def add_memory_commands(subparsers: argparse._SubParsersAction) -> argparse._SubParsersAction:
     """Add ``memory inspect|push|pull`` to the ``coda`` subparsers; returns the ``memory`` subcommands, to which
-    higher layers add theirs (``memory report``, `coda.report.cli`)."""
+    higher layers add theirs (``memory report``, `coda.report.commands`)."""
     mem = subparsers.add_parser("memory", help="inspect, push or pull shared-memory snapshots")
     msub = mem.add_subparsers(dest="memory_cmd", required=True)
     ins = msub.add_parser("inspect", help="verify a snapshot and summarise it")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from coda.memory.shared_memory import Memory
 from coda.memory.snapshots import load_snapshot, read_manifest, resolve_snapshot
-from coda.memory.tables import Memory
 
 __all__ = ["inspect", "summarize"]
 

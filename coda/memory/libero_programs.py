@@ -1,5 +1,5 @@
 """The schema of LIBERO programs: JSON documents that memory validates and stores (interpreted by
-`coda.libero.programs`).
+`coda.domains.libero.interpret`).
 
 A LIBERO generation program recreates a difficulty of one source task by perturbing what LIBERO-Pro
 perturbs, within our own generator space:

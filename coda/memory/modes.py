@@ -12,7 +12,7 @@ until they hold ``LP_MIN_ROLLOUTS`` rollouts against that of the measurements be
 until both windows hold that many. ``importance`` is learning progress normalised to sum to 1 over the
 family's validated modes (proportionally; uniform while all are 0; 0 for modes that are not validated).
 
-`ModeTable` is the part of `coda.memory.tables.Memory` that keeps the ``modes`` and ``mode_stats`` tables.
+`ModeTable` is the part of `coda.memory.shared_memory.Memory` that keeps the ``modes`` and ``mode_stats`` tables.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from coda.memory.schema import SCHEMA, arrow_schema, check_program, check_program_id, make_row
-from coda.memory.tables import Memory
+from coda.memory.shared_memory import Memory
 
 __all__ = [
     "FORMAT",

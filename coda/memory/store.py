@@ -36,8 +36,8 @@ tracked files under ``coda/`` or ``params.yaml`` had uncommitted changes, the pr
 parameters with their sha256); `coda.maintenance` compares results without it.
 
 Where things live (all re-exported here): the tables' schema and row checks in `coda.memory.schema`,
-`Memory` in `coda.memory.tables`, difficulty modes in `coda.memory.modes`, reading and verifying snapshots
-in `coda.memory.snapshots`, `summarize` / `inspect` in `coda.memory.summary`; this module writes snapshots.
+`Memory` in `coda.memory.shared_memory`, difficulty modes in `coda.memory.modes`, reading and verifying snapshots
+in `coda.memory.snapshots`, `summarize` / `inspect` in `coda.memory.counts`; this module writes snapshots.
 
 Example:
     >>> mem = Memory()
@@ -72,6 +72,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from coda.memory.card import PROVENANCE_KEY, dataset_card
+from coda.memory.counts import inspect, summarize
 from coda.memory.modes import (  # noqa: F401  (re-exported API)
     FAST_ALPHA,
     SIMILARITY_THRESHOLD,
@@ -96,6 +97,7 @@ from coda.memory.schema import (  # noqa: F401  (re-exported API)
     check_program_id,
     to_json,
 )
+from coda.memory.shared_memory import Memory
 from coda.memory.snapshots import (  # noqa: F401  (re-exported API)
     FORMAT,
     HUB_EXTRA_FILES,
@@ -116,8 +118,6 @@ from coda.memory.snapshots import (  # noqa: F401  (re-exported API)
     resolve_snapshot,
     snapshot_path,
 )
-from coda.memory.summary import inspect, summarize
-from coda.memory.tables import Memory
 
 # -- provenance -----------------------------------------------------------------------------------------------
 # what `git_dirty` looks at: the code and the parameters file, not the results a run writes into the checkout

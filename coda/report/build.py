@@ -29,7 +29,7 @@ from coda.report.memory_design import (
     table7_backbone_transfer,
 )
 from coda.report.preregistration import preregistration
-from coda.report.regimes import table1_regimes
+from coda.report.regime_tables import table1_regimes
 from coda.report.runs import Runs, records_of
 from coda.report.summary import index, summary
 
@@ -71,9 +71,9 @@ BUILDERS = {name: _ARTIFACTS[name] for names in SECTIONS.values() for name in na
 
 def _libero(name: str):
     def builder(runs: Runs, out: Path):
-        from coda.report import libero
+        from coda.report import libero_tables
 
-        return getattr(libero, name)(runs.root, out)
+        return getattr(libero_tables, name)(runs.root, out)
 
     return builder
 

@@ -52,7 +52,7 @@ def add_render_command(sub) -> None:
 
 
 def add_memory_report_command(msub: argparse._SubParsersAction) -> None:
-    """Add ``report RUN --out FILE`` to the ``memory`` subcommands (`coda.memory.cli.add_memory_commands`),
+    """Add ``report RUN --out FILE`` to the ``memory`` subcommands (`coda.memory.commands.add_memory_commands`),
     here so that `coda.memory` never imports the report layer."""
     rep = msub.add_parser(
         "report", help="a static HTML page about a run's memory: modes, programs, lineage, failures"

@@ -4,7 +4,7 @@ environments, and the LIBERO planner's per-task success, from ``runs/libero/`` (
 ``libero/sft/metrics.json`` holds the planner's success on the demonstrated initial states and the SFT
 policy's evaluation; ``libero/coda`` and ``libero/uniform`` the two methods' runs with the same budget:
 ``metrics.json`` the evaluation after the last round, ``rounds.json`` every round's evaluation (the curve's
-episodes) and ``coverage`` (`coda.sim.libero.coverage`). Our intervals are binomial standard errors over
+episodes) and ``coverage`` (`coda.domains.libero.coverage`). Our intervals are binomial standard errors over
 evaluation episodes (one seed).
 """
 
@@ -129,9 +129,9 @@ def table2_libero_pro(runs_root: Path, out: Path) -> Table:
 
 
 def _curves(sft: dict | None, runs: dict[str, dict | None]) -> dict[str, list[dict[str, Any]]]:
-    """Each method's per-round curve (`coda.sim.libero.tables.curve`: round 0 is SFT, every round on the
+    """Each method's per-round curve (`coda.sim.libero.success.curve`: round 0 is SFT, every round on the
     episodes they all share)."""
-    from coda.sim.libero.tables import curve
+    from coda.sim.libero.success import curve
 
     return {m: curve(sft["eval"], r["rounds_json"]) for m, r in runs.items() if r and sft}
 
@@ -207,7 +207,7 @@ REGION_COLUMNS = {
 
 def libero_coverage(runs_root: Path, out: Path) -> Table:
     """Per method and round: the share of the accepted generated environments that land in the region of each
-    held-out suite (`coda.sim.libero.coverage`)."""
+    held-out suite (`coda.domains.libero.coverage`)."""
     sft, runs = _runs(runs_root)
     profile = (sft or {}).get("profile", "?")
     t = Table(
@@ -235,7 +235,7 @@ def libero_coverage(runs_root: Path, out: Path) -> Table:
         "Environments: those a round generated and accepted (valid layout, not held out), read from their "
         "certifying planner episodes — the first observation, the instruction and the object to pick — against "
         "the SFT demonstrations of their source task, never from the program that made them (docs/LIBERO.md, "
-        "`coda.sim.libero.coverage`). Shares in % of n; an environment may land in several regions or none.",
+        "`coda.domains.libero.coverage`). Shares in % of n; an environment may land in several regions or none.",
         "Regions (r = 3 cm, the diagnoser's threshold): standard — the task's goal and a trained instruction, "
         "every object within r of a training position of its own; position (`_swap`) — the goal object farther "
         "than r from all its training positions and within r of another object's mean training position; new "

@@ -102,7 +102,7 @@ class RunResult:
         return None
 
     def memory(self):
-        """The run's latest memory snapshot (`coda.memory.tables.Memory`, verified on reading); None when the
+        """The run's latest memory snapshot (`coda.memory.shared_memory.Memory`, verified on reading); None when the
         run kept none."""
         from coda.memory.store import load_snapshot, resolve_snapshot
 

@@ -15,7 +15,7 @@ from coda.report.budget import accepted_per_family, budget_points
 from coda.report.claims import claims
 from coda.report.common import ablation_round
 from coda.report.main_results import table1_numbers
-from coda.report.regimes import regime_results
+from coda.report.regime_tables import regime_results
 from coda.report.runs import Runs, paired_episodes, regime_dirs, rounded, rows_at, stat
 from coda.report.tidy import write_tidy
 
@@ -30,7 +30,7 @@ def summary(runs: Runs, out: Path) -> dict[str, Any]:
       accepted);
     * ``results.json``: the same with the claims' text, per-suite differences and p against the paper's
       difference (a plain output, not a metric), and both benchmark regimes side by side
-      (`coda.report.regimes`): ``table1_regimes``, ``table8`` (targeted against novel failure of CoDA's
+      (`coda.report.regime_tables`): ``table1_regimes``, ``table8`` (targeted against novel failure of CoDA's
       policy, same runs and rounds) and ``claims_regimes``, each ``{"a": ..., "b": ...}``;
     * ``plots/``: one long-format CSV per plot that `dvc plots show` draws (`write_plots`), with no blanks, for
       the ``by_method`` template (.dvc/plots: one colour per series);

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pybullet as p
 
-from coda.sim import numerics
+from coda.sim import exact_math
 from coda.sim.scene import ARENA_X, ARENA_Y, SceneSpec, SceneSpecError
 
 GRIPPER_OPENING = 0.08
@@ -96,7 +96,7 @@ def check_stability(world, spawn_pos: np.ndarray, spawn_quat: np.ndarray) -> tup
         pos, quat = st["obj_pos"][i], st["obj_quat"][i]
         if not (ARENA_X[0] <= pos[0] <= ARENA_X[1] and ARENA_Y[0] <= pos[1] <= ARENA_Y[1]) or pos[2] < -0.02:
             return False, f"objects[{i}] left the table", {"object": i, "kind": "off_table"}
-        drift = numerics.norm(pos[:2] - spawn_pos[i][:2])
+        drift = exact_math.norm(pos[:2] - spawn_pos[i][:2])
         diff = p.getDifferenceQuaternion(spawn_quat[i].tolist(), quat.tolist())
         tilt_axis, tilt = p.getAxisAngleFromQuaternion(diff)
         tilt = abs(math.remainder(tilt, 2 * math.pi)) * math.hypot(tilt_axis[0], tilt_axis[1])

@@ -2,7 +2,7 @@
 
 * `coda.domains.libero.domain` — `LiberoDomain`, the `coda.coevolve.domain.Domain` implementation;
 * `coda.domains.libero.episodes` — its worker jobs: planner demonstrations, rollouts, evaluation suites;
-* `coda.domains.libero.programs` — the interpreter and template compiler of LIBERO programs (their schema is
+* `coda.domains.libero.interpret` — the interpreter and template compiler of LIBERO programs (their schema is
   `coda.memory.libero_programs`, beside the PyBullet programs' schema, because memory validates both);
 * `coda.domains.libero.diagnose` — the rollout-grounded diagnoser;
 * `coda.domains.libero.coverage` — how much of a round's environments lands in each held-out suite's region.

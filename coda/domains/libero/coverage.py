@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from coda.sim.libero.diagnose import LiberoReference, initial_positions
+from coda.domains.libero.diagnose import LiberoReference, initial_positions
 
 REGIONS = ("standard", "position", "instruction", "new_task", "goal_moved")
 

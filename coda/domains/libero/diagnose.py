@@ -45,7 +45,7 @@ def initial_positions(obs0: np.ndarray, objects: tuple[str, ...]) -> dict[str, n
 
 def nearest_others(positions: Mapping[str, Any], goal: str, skip: Iterable[str] = ()) -> list[str]:
     """The objects of `positions` other than `goal` and `skip`, nearest to `goal` (x/y) first: the ordering of
-    swap and retarget ranks, in the episode (`coda.domains.libero_episodes`) and in the diagnosis alike."""
+    swap and retarget ranks, in the episode (`coda.domains.libero.episodes`) and in the diagnosis alike."""
     skip = {goal, *skip}
     home = np.asarray(positions[goal], dtype=float)[:2]
     return sorted(
@@ -182,7 +182,7 @@ class LiberoDiagnoser:
     def _retarget(instruction, goal, target, now, held_out=None) -> tuple[str, int] | None:
         """(the other object of the scene the instruction names as its object, that object's rank among the
         goal's nearest movable objects at reset less the held-out `_task` goal,
-        `coda.domains.libero_episodes.neighbour`'s ordering) — None when the instruction names the goal object
+        `coda.domains.libero.episodes.neighbour`'s ordering) — None when the instruction names the goal object
         first, no object of the scene, or the held-out goal (no retarget program recreates that)."""
         named = named_object(instruction, [n for n in now if n != target])
         if named is None or named in (goal, held_out) or goal not in now:

@@ -3,7 +3,7 @@ control experiment and the same learning as on PyBullet, with LIBERO episodes un
 
 * **Families** are the source tasks (``libero_object_task3``): a task's bundled initial states between the
   SFT demonstration states and the evaluation states are its base environments (`heldout.round_states`).
-* **Environments** are `coda.libero.programs.Variant`s (JSON): a base state, or a generation program
+* **Environments** are `coda.domains.libero.interpret.Variant`s (JSON): a base state, or a generation program
   (a position shift of the goal object or the target, a placement at a table position, a swap with a
   neighbour, an instruction paraphrase, or a retarget: a neighbour becomes the goal object and the
   instruction names it) instantiated on one. Novel environments come from random programs. The scripted
@@ -14,8 +14,8 @@ control experiment and the same learning as on PyBullet, with LIBERO episodes un
 * **Rehearsal**: every round's imitation batches draw ``libero.rehearsal_share`` of their chunks from the SFT
   demonstrations (`rehearsal`; the loop's `coevolve.trainer`).
 * **Coverage**: each round records how many of its accepted environments land in the region of each
-  held-out suite (`coda.sim.libero.coverage`, from the certifying episodes), as the round's ``coverage``.
-* **Diagnosis** is rollout-grounded (`coda.sim.libero.diagnose`); the compiler turns a diagnosis into a
+  held-out suite (`coda.domains.libero.coverage`, from the certifying episodes), as the round's ``coverage``.
+* **Diagnosis** is rollout-grounded (`coda.domains.libero.diagnose`); the compiler turns a diagnosis into a
   narrow generation program around the observed difficulty and a training program weighting the failed
   phase; the potential is the weighted share of subgoal phases reached (`PhasePotential`).
 * **Evaluation** (Table 2): the standard, position (``_swap``), paraphrase (``_lan``) and new-task
@@ -32,7 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from coda.domains.libero_episodes import (
+from coda.domains.libero import coverage
+from coda.domains.libero import interpret as lp
+from coda.domains.libero.diagnose import LiberoDiagnoser, LiberoReference
+from coda.domains.libero.episodes import (
     OOD_KINDS,
     Episode,
     demo_from,
@@ -41,9 +44,7 @@ from coda.domains.libero_episodes import (
     suite_objects,
 )
 from coda.engine.compile import CompileResult
-from coda.libero import programs as lp
-from coda.sim.libero import coverage, heldout
-from coda.sim.libero.diagnose import LiberoDiagnoser, LiberoReference
+from coda.sim.libero import heldout
 
 
 def task_family(suite: str, task: int) -> str:
@@ -365,7 +366,7 @@ class LiberoDomain:
         return None  # the reference is the SFT demonstrations' initial states and instructions
 
     def compile(self, diagnosis: dict[str, Any], scene: str) -> CompileResult:
-        """`coda.libero.programs.compile_diagnosis`: programs from the diagnosis alone."""
+        """`coda.domains.libero.interpret.compile_diagnosis`: programs from the diagnosis alone."""
         try:
             generation, training = lp.compile_diagnosis(diagnosis, family_task(diagnosis["family"]))
         except ValueError as err:  # ProgramError: the recreated program is malformed

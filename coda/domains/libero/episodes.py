@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
+from coda.domains.libero import interpret as lp
+from coda.domains.libero.diagnose import nearest_others
 from coda.learn.awr import cached_actor
 from coda.learn.demos import NoisyExpert
-from coda.libero import programs as lp
 from coda.sim.libero import heldout
-from coda.sim.libero.diagnose import nearest_others
-from coda.sim.libero.tables import KINDS, OOD_KINDS, success_table  # noqa: F401  (re-exported API)
+from coda.sim.libero.success import KINDS, OOD_KINDS, success_table  # noqa: F401  (re-exported API)
 
 PROPRIO = 9  # ee position (3), ee quaternion (4), finger joints (2)
 

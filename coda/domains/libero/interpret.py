@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from coda.domains.libero.diagnose import named_object, object_phrase  # noqa: F401  (re-exported API)
 from coda.memory.libero_programs import (  # noqa: F401  (the schema: re-exported API)
     GENERATION_KEYS,
     MAX_RANK,
@@ -48,7 +49,6 @@ from coda.memory.libero_programs import (  # noqa: F401  (the schema: re-exporte
     validate_training,
 )
 from coda.memory.program_fields import ProgramError
-from coda.sim.libero.diagnose import named_object, object_phrase  # noqa: F401  (re-exported API)
 
 _REL = {"in": ("in", "into", "inside"), "on": ("on", "onto", "on top of")}
 _PARSE = re.compile(
@@ -232,7 +232,7 @@ def random_program(rng: np.random.Generator, family: str, task: int) -> dict[str
 def compile_diagnosis(
     diagnosis: Mapping[str, Any], task: int
 ) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """The template compiler: from a rollout-grounded diagnosis (`coda.sim.libero.diagnose`), a generation
+    """The template compiler: from a rollout-grounded diagnosis (`coda.domains.libero.diagnose`), a generation
     program that recreates the observed difficulty — a narrow region around the observed offset of the goal
     object or the target (a ``shift``; a ``place`` around its observed table position when the offset is
     beyond ``SHIFT_MAX``), the swap with the observed neighbour's rank, the retarget to the rank of the object

@@ -46,6 +46,7 @@ from coda.learn.text2potential.compiler import (
     compile_task_description,
     sparse_fragment,
 )
+from coda.learn.text2potential.fragments import DEFAULT_REFINEMENT, SCHEMA_KEYS, validate_fragment
 from coda.learn.text2potential.potential import (
     IN_STAGE_CAP,
     Potential,
@@ -60,7 +61,6 @@ from coda.learn.text2potential.rules import (
     Build,
     Rule,
 )
-from coda.learn.text2potential.schema import DEFAULT_REFINEMENT, SCHEMA_KEYS, validate_fragment
 
 __all__ = [
     "DEFAULT_PHASES",

@@ -15,9 +15,9 @@ from typing import Any, Literal, get_args
 
 from coda.errors import ProgramError
 from coda.learn.predicates import LIBRARY, Predicate
+from coda.learn.text2potential.fragments import DEFAULT_REFINEMENT, validate_fragment
 from coda.learn.text2potential.refinement import refine
 from coda.learn.text2potential.rules import EXPANSIONS, default_phases, match_rule, scene_geometry
-from coda.learn.text2potential.schema import DEFAULT_REFINEMENT, validate_fragment
 from coda.sim.families import REGISTRY
 from coda.sim.families.base import SceneContext
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from coda.learn.predicates import LIBRARY, VERIFIER_PROGRESS
-from coda.learn.text2potential.schema import validate_fragment
+from coda.learn.text2potential.fragments import validate_fragment
 from coda.sim.families import REGISTRY
 from coda.sim.families.base import SceneContext, State
 

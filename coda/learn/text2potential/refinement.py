@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from coda.learn.predicates import LIBRARY, VERIFIER_SPLIT
-from coda.learn.text2potential.schema import finite_number, validate_fragment
+from coda.learn.text2potential.fragments import finite_number, validate_fragment
 
 
 def refine(

@@ -39,7 +39,7 @@ Layout: `catalog` (records and schema constants), `geometry` (hulls and resting 
 """
 
 from coda.sim.assets.articulated import HANDLE_Z_RANGE, N_ARTICULATED
-from coda.sim.assets.build import build_assets
+from coda.sim.assets.catalog_build import build_assets
 from coda.sim.assets.catalog import (
     CATALOG_SCHEMA,
     JOINT_TYPES,

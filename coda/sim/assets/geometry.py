@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from coda.sim import numerics
+from coda.sim import exact_math
 from coda.sim.assets.catalog import MAX_HULL_VERTICES, _r
 
 
@@ -29,7 +29,7 @@ def simplify_hull(
 ) -> np.ndarray:
     """Deterministically reduce the convex hull of `points` to at most `max_vertices` vertices.
 
-    `points` are integer grid coordinates (`numerics.quantize`), so every distance below is exact and a
+    `points` are integer grid coordinates (`exact_math.quantize`), so every distance below is exact and a
     tie is a true tie, broken by the lower index: the vertices kept never depend on rounding. Seeds with
     the hull's axis-extreme vertices (so the AABB is preserved exactly) and the hull vertices flagged in
     `keep` (a boolean mask over `points`, e.g. the support facet), then adds the hull vertex farthest from
@@ -87,11 +87,11 @@ def _facet_edges(verts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray,
         idx = np.unique(hull.simplices[gid == g])
         n = normals[g]
         u = np.cross(n, [1.0, 0.0, 0.0] if abs(n[0]) < 0.9 else [0.0, 1.0, 0.0])
-        u /= numerics.norm(u)
+        u /= exact_math.norm(u)
         w = np.cross(n, u)
         rel = verts[idx] - verts[idx].mean(axis=0)
-        planar = numerics.matmul(rel, np.stack([w, u], axis=1))  # in-plane coordinates (along w, along u)
-        idx = idx[np.argsort(numerics.atan2(planar[:, 0], planar[:, 1]), kind="stable")]
+        planar = exact_math.matmul(rel, np.stack([w, u], axis=1))  # in-plane coordinates (along w, along u)
+        idx = idx[np.argsort(exact_math.atan2(planar[:, 0], planar[:, 1]), kind="stable")]
         fid.append(np.full(len(idx), g))
         a_idx.append(idx)
         b_idx.append(np.roll(idx, -1))
@@ -108,7 +108,7 @@ def _rots_to_down(normals: np.ndarray) -> np.ndarray:
     k = np.zeros((F, 3, 3))
     k[:, 0, 2], k[:, 1, 2], k[:, 2, 0], k[:, 2, 1] = vy, -vx, -vy, vx
     denom = np.where(c < -1.0 + 1e-9, 1.0, 1.0 + c)
-    R = np.eye(3)[None] + k + numerics.matmul(k, k) / denom[:, None, None]
+    R = np.eye(3)[None] + k + exact_math.matmul(k, k) / denom[:, None, None]
     R[c < -1.0 + 1e-9] = np.diag([1.0, -1.0, -1.0])  # normal +z: 180 degrees about x
     return R
 
@@ -118,7 +118,7 @@ MIN_TIPPING_ANGLE = math.radians(10.0)
 
 def _footprint_boxes(x: np.ndarray, y: np.ndarray, th: np.ndarray):
     """Footprint AABBs of points (F, N) rotated by -th (F, K): (x lo, x hi, y lo, y hi), each (F, K)."""
-    c, s = numerics.cos(th)[:, :, None], numerics.sin(th)[:, :, None]
+    c, s = exact_math.cos(th)[:, :, None], exact_math.sin(th)[:, :, None]
     rx, ry = x[:, None, :] * c + y[:, None, :] * s, y[:, None, :] * c - x[:, None, :] * s
     return rx.min(axis=2), rx.max(axis=2), ry.min(axis=2), ry.max(axis=2)
 
@@ -144,13 +144,13 @@ def _align_yaw(rv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     k = np.argmax(area <= area.min(axis=1, keepdims=True) * (1 + 1e-6), axis=1)
     th = fine[F, k]
     cx, cy = (xh[F, k] + xl[F, k]) / 2, (yh[F, k] + yl[F, k]) / 2
-    ct, st = numerics.cos(th), numerics.sin(th)
+    ct, st = exact_math.cos(th), exact_math.sin(th)
     centre = np.stack([cx * ct - cy * st, cx * st + cy * ct], axis=1)
     Rz = np.zeros((len(rv), 3, 3))
     Rz[:, 0, 0], Rz[:, 0, 1], Rz[:, 1, 0], Rz[:, 1, 1], Rz[:, 2, 2] = ct, st, -st, ct, 1.0
     swap = (xh[F, k] - xl[F, k]) < (yh[F, k] - yl[F, k]) - 1e-9
     quarter = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
-    Rz[swap] = numerics.matmul(quarter, Rz[swap])
+    Rz[swap] = exact_math.matmul(quarter, Rz[swap])
     return Rz, centre
 
 
@@ -166,12 +166,12 @@ def resting_rotation(verts: np.ndarray, base: np.ndarray | None = None) -> np.nd
     """
     if base is not None:
         R = np.asarray(base, dtype=np.float64)[None]
-        Rz, _ = _align_yaw(numerics.transform(R, verts))
-        return numerics.matmul(Rz[0], R[0])
+        Rz, _ = _align_yaw(exact_math.transform(R, verts))
+        return exact_math.matmul(Rz[0], R[0])
     normals, fid, a_idx, b_idx = _facet_edges(verts)
     F = len(normals)
     R = _rots_to_down(normals)
-    z = numerics.transform(R, verts)[..., 2]
+    z = exact_math.transform(R, verts)[..., 2]
     height = np.round((z.max(axis=1) - z.min(axis=1)) / 2, 7)
     order = np.lexsort((np.arange(F), height))
     n_edges = np.bincount(fid, minlength=F)
@@ -179,7 +179,7 @@ def resting_rotation(verts: np.ndarray, base: np.ndarray | None = None) -> np.nd
     fallback = None
     for lo in range(0, F, 8):  # lowest facets first, in chunks: most hulls stop in the first one
         chunk = order[lo : lo + 8]
-        rv = numerics.transform(R[chunk], verts)
+        rv = exact_math.transform(R[chunk], verts)
         Rz, centre = _align_yaw(rv)
         edges = np.concatenate([np.arange(starts[f], starts[f] + n_edges[f]) for f in chunk])
         local = np.repeat(np.arange(len(chunk)), n_edges[chunk])
@@ -188,21 +188,21 @@ def resting_rotation(verts: np.ndarray, base: np.ndarray | None = None) -> np.nd
         np.add.at(mid, local, a)
         mid = (mid / n_edges[chunk][:, None])[local]
         e = b - a
-        length = np.maximum(numerics.hypot(e[:, 0], e[:, 1]), 1e-12)
+        length = np.maximum(exact_math.hypot(e[:, 0], e[:, 1]), 1e-12)
         cross_c = e[:, 0] * (centre[local, 1] - a[:, 1]) - e[:, 1] * (centre[local, 0] - a[:, 0])
         cross_m = e[:, 0] * (mid[:, 1] - a[:, 1]) - e[:, 1] * (mid[:, 0] - a[:, 0])
         first = np.concatenate([[0], np.cumsum(n_edges[chunk])[:-1]])
         margin = np.minimum.reduceat(cross_c * np.sign(cross_m) / length, first)
-        tipping = numerics.atan2(margin, np.maximum(height[chunk], 1e-9))
+        tipping = exact_math.atan2(margin, np.maximum(height[chunk], 1e-9))
         good = np.nonzero(tipping >= MIN_TIPPING_ANGLE)[0]
         if len(good):
-            return numerics.matmul(Rz[good[0]], R[chunk[good[0]]])
+            return exact_math.matmul(Rz[good[0]], R[chunk[good[0]]])
         if fallback is None or fallback[0] > 0:
             stable = np.nonzero(tipping >= 0.0)[0]
             if len(stable):
-                fallback = (0, numerics.matmul(Rz[stable[0]], R[chunk[stable[0]]]))
+                fallback = (0, exact_math.matmul(Rz[stable[0]], R[chunk[stable[0]]]))
             elif fallback is None:
-                fallback = (1, numerics.matmul(Rz[0], R[chunk[0]]))
+                fallback = (1, exact_math.matmul(Rz[0], R[chunk[0]]))
     return fallback[1]
 
 
@@ -224,13 +224,13 @@ def _quat_from_matrix(R: np.ndarray) -> tuple[float, float, float, float]:
     if q[3] < 0 or (q[3] == 0 and next(x for x in q if x != 0) < 0):
         q = [-x for x in q]
     q = [round(x, 6) for x in q]
-    n = numerics.norm(q)
+    n = exact_math.norm(q)
     return tuple(_r(x / n, 8) for x in q)
 
 
 def _matrix_from_quat(q: Sequence[float]) -> np.ndarray:
     """Rotation matrix of a quaternion (x, y, z, w), normalised first."""
-    n = numerics.norm(q)
+    n = exact_math.norm(q)
     x, y, z, w = (float(c) / n for c in q)
     return np.array(
         [

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pybullet as p
 
-from coda.sim import numerics
+from coda.sim import exact_math
 from coda.sim.assets.catalog import RigidAsset, _r
 from coda.sim.assets.geometry import (
     _matrix_from_quat,
@@ -97,7 +97,7 @@ def _hull_asset(asset_id, source, category, pts, visual_mesh, vscale, base=None)
     pts = np.round(np.asarray(pts, dtype=np.float64), 7)  # quantise: ties resolve the same way
     hv = pts[np.sort(ConvexHull(pts).vertices)]
     quat = _quat_from_matrix(resting_rotation(hv - hv.mean(axis=0), base))
-    grid = numerics.quantize(numerics.transform(_matrix_from_quat(quat), hv), HULL_GRID)
+    grid = exact_math.quantize(exact_math.transform(_matrix_from_quat(quat), hv), HULL_GRID)
     support = grid[:, 2] <= grid[:, 2].min() + 10  # within 1 um of the lowest vertex
     red = simplify_hull(grid, keep=support) * HULL_GRID
     lo, hi = red.min(axis=0), red.max(axis=0)

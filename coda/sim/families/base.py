@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pybullet as p
 
-from coda.sim import numerics
+from coda.sim import exact_math
 from coda.sim.context import SceneContext
 from coda.sim.families.ranges import RANGES, SUITES, TRAIN_TEMPLATES
 from coda.sim.scene import ObjectSpec, Pose, SceneSpec, SpatialSpec, TaskSpec
@@ -293,7 +293,7 @@ class WaypointPlanner:
         if self.sync_to_controller:
             self.cmd_pos = np.array(state["target_pos"])
             self.cmd_quat = np.array(state["target_quat"])
-        elif self.cmd_pos is None or numerics.norm(self.cmd_pos - state["ee_pos"]) > 0.03:
+        elif self.cmd_pos is None or exact_math.norm(self.cmd_pos - state["ee_pos"]) > 0.03:
             # first call, or the controller clipped our target (arm blocked): re-sync to the measured pose
             self.cmd_pos = state["ee_pos"].copy()
             self.cmd_quat = np.array(state["ee_quat"])
@@ -320,7 +320,7 @@ class WaypointPlanner:
         self.cmd_quat = np.array(p.multiplyTransforms([0, 0, 0], dq, [0, 0, 0], self.cmd_quat.tolist())[1])
         self.cmd_pos = self.cmd_pos + delta * ACTION_SCALE[:3]
         self.steps_on += 1
-        at = numerics.norm(wp.pos - self.cmd_pos) < wp.tol and abs(angle) < 0.03
+        at = exact_math.norm(wp.pos - self.cmd_pos) < wp.tol and abs(angle) < 0.03
         if at or self.steps_on > wp.max_steps:
             self.held += 1
             if self.held > wp.hold:
@@ -339,7 +339,7 @@ def down_quat(yaw: float) -> np.ndarray:
 def horizontal_quat(direction: np.ndarray) -> np.ndarray:
     """Gripper pointing horizontally along `direction` (x, y), fingers closing vertically."""
     z = np.array([direction[0], direction[1], 0.0])
-    z /= numerics.norm(z)
+    z /= exact_math.norm(z)
     y = np.array([0.0, 0.0, 1.0])
     x = np.cross(y, z)
     m = np.stack([x, y, z], axis=1)

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from coda.sim import numerics
+from coda.sim import exact_math
 from coda.sim.families.base import (
     Family,
     Phase,
@@ -56,7 +56,7 @@ def _pull_dir(ctx: SceneContext) -> np.ndarray:
 # contact when it shuts; a drawer that slides on after the hand let go, or is pushed by the arm far from
 # the handle, is not a success.
 def _near_handle(st: State, ctx: SceneContext) -> bool:
-    return numerics.norm(st["ee_pos"] - st["handle_pos"][_part(ctx)]) < 0.03
+    return exact_math.norm(st["ee_pos"] - st["handle_pos"][_part(ctx)]) < 0.03
 
 
 def _grasp(st: State, ctx: SceneContext) -> bool:
@@ -64,7 +64,7 @@ def _grasp(st: State, ctx: SceneContext) -> bool:
     c = ctx.bindings["cabinet"]
     if st["finger_contact"][c].all():
         return True
-    near = numerics.norm(st["ee_pos"] - st["handle_pos"][_part(ctx)]) < HOOK_RADIUS
+    near = exact_math.norm(st["ee_pos"] - st["handle_pos"][_part(ctx)]) < HOOK_RADIUS
     return bool(st["finger_contact"][c].any()) and near
 
 

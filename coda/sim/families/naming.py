@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from coda.sim import numerics
+from coda.sim import exact_math
 from coda.sim.scene import ObjectSpec
 
 COLOURS = {
@@ -33,7 +33,7 @@ NOUNS = {
 
 def colour_name(rgba) -> str:
     rgb = np.asarray(rgba[:3])
-    return min(COLOURS, key=lambda k: numerics.norm(rgb - np.array(COLOURS[k])))
+    return min(COLOURS, key=lambda k: exact_math.norm(rgb - np.array(COLOURS[k])))
 
 
 def noun(category: str) -> str:

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from coda.sim import numerics
+from coda.sim import exact_math
 from coda.sim.families.base import (
     Family,
     Phase,
@@ -68,7 +68,7 @@ def _transport(st: State, ctx: SceneContext) -> bool:
 def _placed(st: State, ctx: SceneContext) -> bool:
     i = ctx.bindings["target"]
     pos = st["obj_pos"][i]
-    resting = pos[2] < ctx.half_extents[i][2] + 0.03 and numerics.norm(st["obj_vel"][i]) < 0.05
+    resting = pos[2] < ctx.half_extents[i][2] + 0.03 and exact_math.norm(st["obj_vel"][i]) < 0.05
     return in_container(pos, ctx) and resting and not st["robot_contact"][i]
 
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from coda.sim import numerics
+from coda.sim import exact_math
 from coda.sim.families.base import (
     Family,
     Phase,
@@ -36,16 +36,16 @@ def _radius(ctx: SceneContext) -> float:
 
 
 def _dist(st: State, ctx: SceneContext) -> float:
-    return numerics.norm(st["obj_pos"][ctx.bindings["target"]][:2] - _goal(ctx))
+    return exact_math.norm(st["obj_pos"][ctx.bindings["target"]][:2] - _goal(ctx))
 
 
 def _behind(st: State, ctx: SceneContext) -> bool:
     i = ctx.bindings["target"]
     obj = ctx.init_pos[i][:2]
     d = _goal(ctx) - obj
-    d /= max(numerics.norm(d), 1e-9)
+    d /= max(exact_math.norm(d), 1e-9)
     rel = st["ee_pos"][:2] - st["obj_pos"][i][:2]
-    along, across = numerics.dot(rel, d), float(abs(rel[0] * d[1] - rel[1] * d[0]))
+    along, across = exact_math.dot(rel, d), float(abs(rel[0] * d[1] - rel[1] * d[0]))
     return along < -_radius(ctx) + 0.005 and across < 0.025 and st["ee_pos"][2] < 0.05
 
 
@@ -55,7 +55,7 @@ def _contact(st: State, ctx: SceneContext) -> bool:
 
 def _halfway(st: State, ctx: SceneContext) -> bool:
     i = ctx.bindings["target"]
-    return _dist(st, ctx) <= 0.5 * numerics.norm(ctx.init_pos[i][:2] - _goal(ctx))
+    return _dist(st, ctx) <= 0.5 * exact_math.norm(ctx.init_pos[i][:2] - _goal(ctx))
 
 
 def _arrived(st: State, ctx: SceneContext) -> bool:
@@ -148,14 +148,14 @@ class PushPlanner(WaypointPlanner):
         i = ctx.bindings["target"]
         obj, goal = st["obj_pos"][i][:2], _goal(ctx)
         d = goal - obj
-        dist = numerics.norm(d)
+        dist = exact_math.norm(d)
         d = d / max(dist, 1e-9)
         r = _radius(ctx)
         yaw = math.atan2(d[1], d[0])  # fingers across the push direction: a flat pushing face
         start = obj - d * (r + 0.03)
         if self.index == 2:
             rel = st["ee_pos"][:2] - obj
-            if abs(rel[0] * d[1] - rel[1] * d[0]) > 0.015 or numerics.dot(rel, d) > 0:
+            if abs(rel[0] * d[1] - rel[1] * d[0]) > 0.015 or exact_math.dot(rel, d) > 0:
                 self.index, self.held, self.steps_on = 0, 0, 0  # drifted off the push line: re-approach
         end = goal - d * (r + 0.008)
         return [

@@ -7,7 +7,7 @@ from functools import partial
 
 import numpy as np
 
-from coda.sim import numerics
+from coda.sim import exact_math
 from coda.sim.families.base import (
     Family,
     Phase,
@@ -47,7 +47,7 @@ def _stacked(st: State, ctx: SceneContext) -> bool:
     t, b = ctx.bindings["top"], ctx.bindings["base"]
     on = abs(pt[2] - (pb[2] + hb[2] + ht[2])) < 0.012 and math.hypot(*(pt[:2] - pb[:2])) < _xy_tol(ctx, hb)
     base_upright = abs(pb[2] - ctx.init_pos[b][2]) < 0.01
-    still = numerics.norm(st["obj_vel"][t]) < 0.05
+    still = exact_math.norm(st["obj_vel"][t]) < 0.05
     return on and base_upright and still and not st["robot_contact"][t]
 
 

@@ -14,7 +14,7 @@ Besides the states, LIBERO-Pro's perturbed suites hold out, per source task, the
 episodes pose: the ``_task`` suite's new goal object in the source scene (`held_out_goal`: a retarget never
 makes it the goal) and the ``_lan``/``_task`` suites' instructions (`held_out_instructions`: a generated
 instruction never reads as one). Both are read from the suites' BDDL files only to be avoided
-(`is_held_out` is the check `coda.domains.libero.LiberoDomain.build` applies to every generated
+(`is_held_out` is the check `coda.domains.libero.domain.LiberoDomain.build` applies to every generated
 environment before it is rolled out or demonstrated).
 """
 
