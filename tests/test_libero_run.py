@@ -160,7 +160,7 @@ def test_the_domain_evaluates_the_curve_states_every_round_and_all_of_them_at_th
     """After every round: every suite on the curve's states, critic-guided; after the last round: every
     evaluation state, and the policy alone too. The round's coverage comes with either."""
     from coda.config import load_params
-    from coda.domains import libero as ld
+    from coda.domains.libero import domain as ld
 
     cfg = load_params("params.yaml", profile="cpu")
     calls = []
