@@ -109,7 +109,9 @@ def test_table8_pools_targeted_and_novel_rollouts_of_the_same_rounds():
         _rollout("n2", 1, "novel", False, "u2"),
         *(_rollout(f"t2{i}", 2, "targeted", i == 3, f"s{i}") for i in range(4)),  # 3 of 4 fail
         _rollout("n3", 2, "novel", False, "u3"),
-        _rollout("c2", 2, "control", False, "s0"),  # controls are neither side
+        _rollout("c2", 2, "control", False, "s0"),  # a control counterpart: counted on its own
+        _rollout("r2", 2, "replay", False, "u1"),  # a replay of round 1's failed u1: fails again
+        _rollout("r3", 3, "replay", True, "u2"),  # ... and of u2: solved now
         *(_rollout(f"t3{i}", 3, "targeted", True, f"s{i}") for i in range(2)),  # 0 of 2 fail
         *(_rollout(f"n4{i}", 3, "novel", i > 0, f"v{i}") for i in range(5)),  # 1 of 5 fails
         _rollout("n5", 4, "novel", False, "u5"),  # round 4: novel only, not the same rounds
@@ -136,6 +138,8 @@ def test_table8_pools_targeted_and_novel_rollouts_of_the_same_rounds():
     assert rates["coda_targeted_failure"] == 0.5  # pooled: not the mean of the rounds' rates, (3/4 + 0) / 2
     assert rates["coda_novel_failure"] == pytest.approx(2 / 6)  # not (1/1 + 1/5) / 2
     assert rates["coda_in_mode_precision"] == pytest.approx(1 / 6)
+    assert (c.control, c.control_failed, c.replay, c.replay_failed) == (1, 1, 2, 1)
+    assert rates["coda_control_failure"] == 1.0 and rates["coda_replay_failure"] == 0.5
     other = count_splits(
         [_rollout("x", 2, "targeted", False, "s9"), _rollout("y", 2, "novel", True, "u9")], [], [], [], seed=8
     )
@@ -147,9 +151,31 @@ def test_table8_pools_targeted_and_novel_rollouts_of_the_same_rounds():
         "targeted_failed": 4,
         "novel": 7,
         "novel_failed": 2,
+        "control": 1,
+        "control_failed": 1,
+        "replay": 2,
+        "replay_failed": 1,
         "in_mode": 1,
     }
+    assert entry["per_seed"]["coda_replay_failure"]["n"] == 1  # seed 8 replayed nothing: no rate, not zero
     assert entry["rounds"] == {"7": [2, 3], "8": [2]} and entry["n"] == 2
+
+
+def test_table8_counts_one_family_in_the_rounds_of_the_whole_run():
+    rows = [
+        dict(_rollout("a", 2, "targeted", False, "s1"), family="stack"),
+        dict(
+            _rollout("b", 2, "novel", True, "u1"), family="push"
+        ),  # round 2 has both splits, across families
+        dict(_rollout("c", 2, "replay", False, "u0"), family="push"),
+        dict(_rollout("d", 2, "novel", False, "u2"), family="stack"),
+    ]
+    stack = count_splits(rows, [], [], [], family="stack")
+    push = count_splits(rows, [], [], [], family="push")
+    assert stack.rounds == push.rounds == (2,)  # push has no targeted rollout of its own, still round 2
+    assert (stack.targeted, stack.targeted_failed, stack.novel, stack.novel_failed) == (1, 1, 1, 1)
+    assert (push.targeted, push.novel, push.novel_failed, push.replay, push.replay_failed) == (0, 1, 0, 1, 1)
+    assert push.rates()["coda_targeted_failure"] is None  # no rollouts, no rate
 
 
 def _memory_record(run_dir: Path, seed: int) -> None:
@@ -214,6 +240,9 @@ def test_table8_reads_the_memory_of_each_regime_and_reports_a_regime_without_rec
     entry = targeting(runs)
     assert entry["coda_targeted_failure"] == 0.25 and entry["coda_novel_failure"] == 0.5  # 1/4, 2/4
     assert entry["coda_in_mode_precision"] == 0.25 and entry["rounds"] == {"0": [2, 3]}
+    only = entry["by_family"]["pick_place"]  # one family: its entry is the whole run's
+    assert set(entry["by_family"]) == {"pick_place"} and only["rollouts"] == entry["rollouts"]
+    assert only["coda_targeted_failure"] == 0.25 and only["coda_replay_failure"] is None  # nothing replayed
     # the memory's per-round rates are rounds.json's success_by_split (which has no counts to pool)
     by_round = {r["round"]: r["success_by_split"] for r in runs.table1["coda"][0].rounds}
     assert 1 - by_round[2]["targeted"] == 0.5 and 1 - by_round[3]["novel"] == pytest.approx(1 / 3)

@@ -155,6 +155,18 @@ def table8_generation_quality(runs: Runs, out: Path, data_dir: str | Path = "dat
             "in_mode",
             "targeted",
         ),
+        (
+            "coda_control_failure",
+            f"{same_rounds}: the targeted envs' control counterparts (their bases)",
+            "control_failed",
+            "control",
+        ),
+        (
+            "coda_replay_failure",
+            f"{same_rounds}: replays of scenes failed in an earlier round (exact recreation's ceiling)",
+            "replay_failed",
+            "replay",
+        ),
     ):
         per_seed = same.get("per_seed", {}).get(key) or {"mean": None, "se": None, "n": 0}
         pooled = same.get(key)

@@ -122,6 +122,11 @@ def table1_regimes(runs: Runs, out: Path) -> Table:
             "Table 8: the round's policy fails CoDA's novel draws",
             paper.TABLE8["precision_uniform"],
         ),
+        (
+            "coda_replay_failure",
+            "Table 8: the round's policy fails replays of scenes it failed before",
+            None,
+        ),
     ):
         vals = {}
         for k, r in by.items():

@@ -10,13 +10,20 @@ targeting takes both sides from the same CoDA runs and the same rounds, so the s
 * `coda_novel_failure`: rollouts of CoDA's novel draws (uniform from the generator space) that failed;
 * `coda_in_mode_precision`: targeted rollouts that failed *and* were diagnosed in the mode that the scene's
   generation program targets (the diagnosis's ``mode_id`` is a mode whose ``generation_program_id`` is the
-  scene's ``program_id``), over all targeted rollouts.
+  scene's ``program_id``), over all targeted rollouts;
+* `coda_control_failure`: rollouts of the targeted environments' control counterparts (the base scene with no
+  program applied) that failed: what the bases alone give;
+* `coda_replay_failure`: rollouts of replayed environments (a generated scene the policy failed in an earlier
+  round, rolled out again) that failed. This is the ceiling of "recreate a difficulty" by an exact copy: a
+  targeted environment can be expected to fail about as often as the failure it recreates still fails.
 
 The rounds are those in which a run rolled out both targeted environments and novel draws (rounds 2+: round 1
 has no diagnosed modes to target). Rates are pooled over the rollouts of every seed; each is also given per
 seed as mean ± s.e. over seeds (n seeds). Everything is counted from the run's latest memory snapshot
 (``rollouts``, ``scenes``, ``modes`` and ``diagnoses`` tables, which hold every round); its per-round rates are
-the ``success_by_split`` of ``rounds.json``, which has no counts to pool with.
+the ``success_by_split`` of ``rounds.json``, which has no counts to pool with. ``by_family`` gives the pooled
+rates and counts per task family: the families' failure rates differ several-fold, so a split that draws more
+of a hard family fails more for that reason alone.
 
 Example:
     >>> entry = targeting(Runs.load("records/regime_a"))
@@ -32,12 +39,20 @@ from typing import Any
 from coda.evaluate import mean_se
 from coda.report.runs import RunResult, Runs, rounded
 
-RATES = ("coda_targeted_failure", "coda_novel_failure", "coda_in_mode_precision")
-COUNTS = ("targeted", "targeted_failed", "novel", "novel_failed", "in_mode")  # SplitCounts' counts
+SPLITS = ("targeted", "novel", "control", "replay")  # the splits counted, each with its failures
+RATES = (
+    "coda_targeted_failure",
+    "coda_novel_failure",
+    "coda_in_mode_precision",
+    "coda_control_failure",
+    "coda_replay_failure",
+)
+COUNTS = (*(k for s in SPLITS for k in (s, f"{s}_failed")), "in_mode")  # SplitCounts' counts
 DEFINITION = (
     "failure rate of the round's policy on CoDA's targeted environments and on its novel draws, same runs and "
     "same rounds (those with both: rounds 2+), pooled over the rollouts of every seed; in-mode precision: "
-    "targeted rollouts that failed with a diagnosis in the targeted mode, over all targeted rollouts"
+    "targeted rollouts that failed with a diagnosis in the targeted mode, over all targeted rollouts; control "
+    "and replay: the same rounds' control counterparts and replays of scenes failed in an earlier round"
 )
 
 
@@ -51,14 +66,20 @@ class SplitCounts:
     targeted_failed: int
     novel: int
     novel_failed: int
+    control: int
+    control_failed: int
+    replay: int
+    replay_failed: int
     in_mode: int  # targeted rollouts that failed with a diagnosis in the targeted mode
 
     def rates(self) -> dict[str, float | None]:
-        """The three rates of `RATES` (fractions; None without targeted or novel rollouts)."""
+        """The rates of `RATES` (fractions; None for a split without rollouts)."""
         return {
             "coda_targeted_failure": _ratio(self.targeted_failed, self.targeted),
             "coda_novel_failure": _ratio(self.novel_failed, self.novel),
             "coda_in_mode_precision": _ratio(self.in_mode, self.targeted),
+            "coda_control_failure": _ratio(self.control_failed, self.control),
+            "coda_replay_failure": _ratio(self.replay_failed, self.replay),
         }
 
 
@@ -68,9 +89,11 @@ def count_splits(
     modes: Iterable[Mapping[str, Any]],
     diagnoses: Iterable[Mapping[str, Any]],
     seed: int = 0,
+    family: str | None = None,
 ) -> SplitCounts:
-    """Count one run's targeted and novel rollouts (rows of the memory tables of the same names) in the rounds
-    with both, and the targeted failures diagnosed in the targeted mode."""
+    """Count one run's rollouts by split (`SPLITS`; rows of the memory tables of the same names) in the rounds
+    with both targeted and novel rollouts, and the targeted failures diagnosed in the targeted mode; with
+    `family`, only that family's rollouts (the rounds are the run's all the same)."""
     rollouts = list(rollouts)
     splits: dict[int, set[str]] = {}
     for r in rollouts:
@@ -87,7 +110,7 @@ def count_splits(
     diagnosed = {d["rollout_id"]: d.get("mode_id") for d in diagnoses}
     n = dict.fromkeys(COUNTS, 0)
     for r in rollouts:
-        if r["round"] not in rounds or r["split"] not in ("targeted", "novel"):
+        if r["round"] not in rounds or r["split"] not in SPLITS or (family and r["family"] != family):
             continue
         n[r["split"]] += 1
         if r["success"]:
@@ -101,13 +124,15 @@ def count_splits(
     return SplitCounts(seed, rounds, **n)
 
 
-def run_counts(run: RunResult) -> SplitCounts | None:
-    """`count_splits` of a run's latest memory snapshot; None when the run kept no memory."""
+def run_counts(run: RunResult) -> dict[str | None, SplitCounts] | None:
+    """`count_splits` of a run's latest memory snapshot, over all families (key None) and per family; None
+    when the run kept no memory."""
     mem = run.memory()
     if mem is None:
         return None
-    tables = (mem.rows(name) for name in ("rollouts", "scenes", "modes", "diagnoses"))
-    return count_splits(*tables, seed=run.seed)
+    tables = [list(mem.rows(name)) for name in ("rollouts", "scenes", "modes", "diagnoses")]
+    families = sorted({r["family"] for r in tables[0]})
+    return {f: count_splits(*tables, seed=run.seed, family=f) for f in (None, *families)}
 
 
 def pool(counts: Sequence[SplitCounts]) -> dict[str, Any]:
@@ -138,7 +163,12 @@ def targeting(runs: Runs) -> dict[str, Any]:
     counts = [c for c in (run_counts(r) for r in coda) if c is not None]
     if not counts:
         return {"status": f"no memory snapshots in the CoDA runs under {runs.root.as_posix()}/table1"}
-    return pool(counts)
+    families = sorted({f for c in counts for f in c if f is not None})
+    by_family = {}
+    for f in families:
+        entry = pool([c[f] for c in counts if f in c])
+        by_family[f] = {**{k: entry[k] for k in RATES}, "rollouts": entry["rollouts"]}
+    return {**pool([c[None] for c in counts]), "by_family": by_family}
 
 
 def _ratio(a: int, b: int) -> float | None:
