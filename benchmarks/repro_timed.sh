@@ -29,7 +29,8 @@ for st in "${stages[@]}"; do
     [ $rc -eq 0 ] || { echo "stage $st failed (exit $rc)" >&2; exit $rc; }
     if [ -n "${COMMIT:-}" ] && [ "$how" = ran ]; then
         paths=()
-        for p in dvc.lock "$LOG" records metrics figures notebooks/executed runs/sft/policy runs/sft_b/policy; do
+        for p in dvc.lock "$LOG" records metrics figures notebooks/executed runs/sft/policy runs/sft_b/policy \
+                 runs/regime_b/sft/policy runs/regime_b/sft_b/policy; do
             { [ -e "$p" ] || git ls-files --error-unmatch "$p" >/dev/null 2>&1; } && paths+=("$p")
         done
         git add -A -- "${paths[@]}" && git commit -q -m "Pipeline: $st done ($secs s)" -- "${paths[@]}" ||
