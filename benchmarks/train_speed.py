@@ -21,7 +21,11 @@ training thread count of the loop (`TRAIN_THREADS`). ``update_ms``/``critic_ms``
 steps after 5 warm-up steps; ``*_cpu_ms`` the same in process CPU time. The replay is as large as
 `--replay` (a `cpu` run's replay grows by ~770 transitions per round).
 
-Usage: python benchmarks/train_speed.py --json [--steps 30] [--profile cpu] [--no-old]
+``critic_ms_openblas``/``update_ms_openblas`` are the same two steps with the pin's opt-in GEMM backend
+(`coda.gemm`, ``CODA_GEMM=openblas``: float32 mm/addmm on OpenBLAS's Haswell kernels) switched on in this
+process, measured after the default ones (``--no-openblas`` skips them; absent on a CPU without AVX2).
+
+Usage: python benchmarks/train_speed.py --json [--steps 30] [--profile cpu] [--no-old] [--no-openblas]
        CODA_NUMERICS=native python benchmarks/train_speed.py --json   # without the pin, for its cost
 """
 
@@ -35,6 +39,10 @@ import time
 from coda import numerics
 
 numerics.pin_process()  # before torch loads: re-executes this script under the pin when it is not in force
+try:
+    numerics.gemm.load()  # before anything can load SciPy's OpenBLAS with another core type
+except RuntimeError:  # no AVX2, or no SciPy: the openblas columns are left out
+    pass
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -108,6 +116,7 @@ def main() -> None:
         "--replay", type=int, default=3072, help="replay transitions (a cpu run holds ~770/round)"
     )
     ap.add_argument("--no-old", action="store_true", help="skip the recipe before 2026-12-02")
+    ap.add_argument("--no-openblas", action="store_true", help="skip the CODA_GEMM=openblas columns")
     args = ap.parse_args()
     cfg = load_params(args.params, args.profile)
     c = cfg.coevolve
@@ -179,6 +188,15 @@ def main() -> None:
             if c.awr_candidates == "update"
             else median_ms(policy_update(False), args.steps)
         )
+    if not args.no_openblas and numerics.gemm.corename() and not numerics.gemm.enabled():
+        numerics.gemm.enable()
+        out["critic_ms_openblas"], out["critic_cpu_ms_openblas"] = median_ms(
+            critic_step(c.td_bootstrap), args.steps
+        )
+        out["update_ms_openblas"], out["update_cpu_ms_openblas"] = median_ms(
+            policy_update(c.awr_candidates == "round"), args.steps
+        )
+        numerics.gemm.disable()
     out["numerics"] = numerics.in_force()
     print(json.dumps(out))
 

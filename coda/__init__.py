@@ -7,3 +7,5 @@ process (before its first operation) and every process it starts compute the sam
 from coda import numerics as _numerics
 
 _numerics.pin_environ()
+if _numerics.enabled() and _numerics.gemm.requested() == "openblas":
+    _numerics.gemm.load()  # before SciPy can load the same OpenBLAS with the pin's NumPy core type

@@ -45,6 +45,8 @@ import os
 import sys
 import warnings
 
+from coda import gemm
+
 PINNED_LIBM = "glibc.cpu.hwcaps=-AVX2,-FMA,-FMA4"  # glibc's FMA libm needs both AVX2 and FMA
 # NumPy 2.4's dispatch targets on x86-64 (numpy._core._multiarray_umath.__cpu_dispatch__; a test checks it)
 NUMPY_DISPATCH = "X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
@@ -75,10 +77,12 @@ def pinned_libm_env() -> dict[str, str]:
 
 
 def pinned_env() -> dict[str, str]:
-    """The environment variables a new process needs to start under the pin (empty when it is switched off)."""
+    """The environment variables a new process needs to start under the pin (empty when it is switched off),
+    with the GEMM backend's switch (`coda.gemm`) when it is set."""
     if not enabled():
         return {}
-    return {**pinned_libm_env(), **PINNED_VARIABLES}
+    backend = {gemm.SWITCH: os.environ[gemm.SWITCH]} if gemm.SWITCH in os.environ else {}
+    return {**pinned_libm_env(), **PINNED_VARIABLES, **backend}
 
 
 def _startup_environ() -> dict[str, str] | None:
@@ -134,6 +138,8 @@ def pin_torch(threads: int) -> None:
     torch.use_deterministic_algorithms(True)
     torch.set_float32_matmul_precision("highest")
     torch.backends.mkldnn.enabled = False
+    if gemm.requested() == "openblas":
+        gemm.enable()
     capability = torch.backends.cpu.get_cpu_capability()
     if capability != PINNED_VARIABLES["ATEN_CPU_CAPABILITY"].upper():
         warnings.warn(
@@ -164,4 +170,6 @@ def in_force() -> dict[str, object]:
             "matmul_precision": torch.get_float32_matmul_precision(),
             "mkldnn": bool(torch.backends.mkldnn.enabled),
         }
+    if gemm.SWITCH in os.environ or gemm.enabled():  # absent under the default backend, as in older records
+        report["gemm"] = {"backend": "openblas" if gemm.enabled() else "mkl", "openblas_core": gemm.corename()}
     return report
