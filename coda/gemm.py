@@ -79,13 +79,9 @@ def load() -> ctypes.CDLL:
         )
     f = blas.scipy_cblas_sgemm
     f.restype = None
-    f.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int] + [
-        ctypes.c_void_p,
-        ctypes.c_int,
-        ctypes.c_float,
-        ctypes.c_void_p,
-        ctypes.c_int,
-    ]
+    # order, transa, transb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc
+    scaled = [ctypes.c_float, ctypes.c_void_p, ctypes.c_int]  # alpha, a, lda / beta, c, ldc
+    f.argtypes = [ctypes.c_int] * 6 + scaled + [ctypes.c_void_p, ctypes.c_int] + scaled
     _blas = blas
     return blas
 
@@ -119,7 +115,20 @@ def sgemm(a, b, out, alpha: float = 1.0, beta: float = 0.0) -> None:
     a, ta, lda = _operand(a)
     b, tb, ldb = _operand(b)
     _blas.scipy_cblas_sgemm(
-        _ROW_MAJOR, ta, tb, m, n, k, alpha, a.data_ptr(), lda, b.data_ptr(), ldb, beta, out.data_ptr(), max(n, 1)
+        _ROW_MAJOR,
+        ta,
+        tb,
+        m,
+        n,
+        k,
+        alpha,
+        a.data_ptr(),
+        lda,
+        b.data_ptr(),
+        ldb,
+        beta,
+        out.data_ptr(),
+        max(n, 1),
     )
 
 

@@ -171,5 +171,8 @@ def in_force() -> dict[str, object]:
             "mkldnn": bool(torch.backends.mkldnn.enabled),
         }
     if gemm.SWITCH in os.environ or gemm.enabled():  # absent under the default backend, as in older records
-        report["gemm"] = {"backend": "openblas" if gemm.enabled() else "mkl", "openblas_core": gemm.corename()}
+        report["gemm"] = {
+            "backend": "openblas" if gemm.enabled() else "mkl",
+            "openblas_core": gemm.corename(),
+        }
     return report

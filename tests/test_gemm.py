@@ -18,7 +18,9 @@ except ImportError:  # pragma: no cover - depends on how pytest put tests/ on sy
     from test_numerics import OLDER_CPU, ON_LINUX, bare_environ, cpu_has_avx2, probe
 
 ROOT = Path(__file__).resolve().parents[1]
-needs_avx2 = pytest.mark.skipif(not (ON_LINUX and cpu_has_avx2()), reason="OpenBLAS's Haswell kernels need AVX2")
+needs_avx2 = pytest.mark.skipif(
+    not (ON_LINUX and cpu_has_avx2()), reason="OpenBLAS's Haswell kernels need AVX2"
+)
 
 PRODUCTS = r"""
 from coda import numerics
