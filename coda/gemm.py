@@ -27,6 +27,8 @@ import os
 import warnings
 from pathlib import Path
 
+from coda.environ import scoped_environ
+
 SWITCH = "CODA_GEMM"  # "openblas" turns this backend on; default "mkl"
 CORETYPE = "Haswell"
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
@@ -60,16 +62,8 @@ def load() -> ctypes.CDLL:
     global _blas
     if _blas is not None:
         return _blas
-    saved = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS")}
-    os.environ.update(OPENBLAS_CORETYPE=CORETYPE, OPENBLAS_NUM_THREADS="1")
-    try:
+    with scoped_environ({"OPENBLAS_CORETYPE": CORETYPE, "OPENBLAS_NUM_THREADS": "1"}):
         blas = ctypes.CDLL(str(library_path()))
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     blas.scipy_openblas_get_corename.restype = ctypes.c_char_p
     core = blas.scipy_openblas_get_corename().decode()
     if core.lower() != CORETYPE.lower():

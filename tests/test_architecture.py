@@ -133,8 +133,9 @@ def test_the_loop_does_not_import_a_simulator():
 
 # The layers, lowest first (docs/ARCHITECTURE.md): a module may import its own layer and those below.
 LAYERS = (
-    ("coda.numerics", "coda.gemm"),  # the numerics pin and its GEMM backend: nothing else of coda, so any entry
-    # point can run them first
+    # the numerics pin, its GEMM backend and the environment helper: nothing else of coda, so any entry point
+    # can run them first
+    ("coda.numerics", "coda.gemm", "coda.environ"),
     ("coda.config", "coda.errors", "coda.files", "coda.progress"),
     ("coda.sim",),
     ("coda.data", "coda.evaluate"),

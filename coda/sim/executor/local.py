@@ -5,12 +5,10 @@ results, between the parent and its own workers)."""
 from __future__ import annotations
 
 import collections
-import contextlib
 import faulthandler
 import gc
 import multiprocessing
 import multiprocessing.connection
-import os
 import pickle
 import signal
 import time
@@ -19,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from coda import numerics
+from coda.environ import scoped_environ
 from coda.sim.executor.base import (
     JobResult,
     WorkerInitError,
@@ -29,21 +28,6 @@ from coda.sim.executor.base import (
 )
 
 _PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
-
-
-@contextlib.contextmanager
-def _environ(extra: dict[str, str]):
-    """`os.environ` with `extra` set, restored afterwards."""
-    saved = {k: os.environ.get(k) for k in extra}
-    os.environ.update(extra)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 # Start method: "spawn".  `fork` is ruled out: pybullet clients, OpenGL contexts, torch
@@ -173,7 +157,7 @@ class LocalExecutor(_ExecutorBase):
             name="coda-executor-worker",
             daemon=True,  # never outlive the parent
         )
-        with _environ(self._env):  # a spawned interpreter reads it at start (e.g. GLIBC_TUNABLES)
+        with scoped_environ(self._env):  # a spawned interpreter reads it at start (e.g. GLIBC_TUNABLES)
             proc.start()
         child_conn.close()  # so that the parent sees EOF if the child dies
         return _Worker(proc, parent_conn, time.monotonic() + self.init_timeout_s)
