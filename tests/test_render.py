@@ -67,11 +67,13 @@ def test_the_figure_cameras_hold_the_whole_robot_and_the_scene(small_data):
         w.close()
 
 
-def test_lowpoly_panda_uses_collision_meshes():
-    from coda.sim.world import _lowpoly_panda_urdf
+def test_lowpoly_panda_uses_collision_meshes_and_the_unrendered_one_has_no_visuals():
+    from coda.sim.world import _panda_urdf
 
-    text = open(_lowpoly_panda_urdf()).read()
+    text = open(_panda_urdf("lowpoly")).read()
     assert "meshes/visual/" not in text and "meshes/collision/link1.obj" in text
+    bare = open(_panda_urdf("collision")).read()
+    assert "<visual" not in bare and bare.count("<collision") == text.count("<collision") > 0
 
 
 def test_coda_render_writes_both_views_of_a_seed_scene(small_data, tmp_path):

@@ -220,9 +220,11 @@ def run_episode(
 ) -> RolloutRecord:
     """Start `scene` in `world` and roll `policy` out.
 
-    With ``reload`` (default) the scene's objects are spawned afresh, which makes the record a function
-    of the scene alone (bit-identical whatever the worker ran before); ``reload=False`` restores the
-    settled snapshot instead (~0.02 ms; physics warm-start caches make it equal only to ~1e-8 m).
+    With ``reload`` (default) the physics world is rebuilt and the scene spawned afresh (`World.load`, ~25
+    ms), which makes the record a function of the scene alone (bit-identical whatever the worker ran
+    before); ``reload=False`` restores the settled snapshot instead when the world holds the scene
+    (~0.02 ms; state the engine keeps outside the snapshot makes it equal only to ~1e-8 m), which is right
+    only straight after `World.load` of that scene, as the certifying planner does.
     """
     t0 = time.perf_counter()
     r = _roll(world, scene, policy, max_chunks, stop_on_success, reload)

@@ -78,18 +78,41 @@ class World:
         self.image_size = image_size
         self.ik_iterations = ik_iterations
         self.ik_threshold = ik_threshold
+        self.physics_hz = physics_hz
+        self._robot_urdf = _panda_urdf("lowpoly" if lowpoly else "full") if render else _panda_urdf("collision")
         self.client = p.connect(p.DIRECT)
+        self._build_base()
+        self._catalog = None
+        self.bodies: list[Body] = []
+        self.scene: SceneSpec | None = None
+        self.ctx = None  # SceneContext of the loaded scene
+        self._saved: int | None = None
+        self.target_pos = np.zeros(3)
+        self.target_quat = np.array(DOWN_QUAT)
+        self.grip_cmd = 1.0
+        self.steps = 0  # physics steps taken since construction (for throughput accounting)
+        self.motor_log: list[tuple[list[float], float]] | None = None  # set to a list to record motor targets
+
+    def _build_base(self) -> None:
+        """Empty the physics world and build the robot, the floor and the engine settings afresh.
+
+        Every `load` starts here, so that an episode is a function of its scene alone: stepping the arm
+        leaves state in the engine that survives removing and re-adding bodies, so a scene loaded into a
+        world that has already run episodes simulated differently, by ~1e-8 rad in the arm's joints after
+        the settle, depending on which episodes came before (measured: `tests/test_world.py`). Costs ~70 ms
+        per load, mostly the robot's URDF.
+        """
         c = self.client
-        # pybullet reuses the ids of disconnected clients: forget shapes cached for an old one
+        p.resetSimulation(physicsClientId=c)
+        # shape ids are per world, and pybullet reuses the ids of disconnected clients: forget cached ones
         assets.clear_caches(c)
-        p.setTimeStep(1.0 / physics_hz, physicsClientId=c)
+        p.setTimeStep(1.0 / self.physics_hz, physicsClientId=c)
         p.setGravity(0, 0, -9.81, physicsClientId=c)
-        # sort contact pairs so that a scene simulates identically whatever was loaded and removed before it
+        # sort contact pairs (a scene's contacts in one order whatever the broadphase's history)
         p.setPhysicsEngineParameter(deterministicOverlappingPairs=1, physicsClientId=c)
         p.setAdditionalSearchPath(pybullet_data.getDataPath(), physicsClientId=c)
         self.plane = p.loadURDF("plane.urdf", physicsClientId=c)
-        urdf = _lowpoly_panda_urdf() if (render and lowpoly) else "franka_panda/panda.urdf"
-        self.robot = p.loadURDF(urdf, useFixedBase=True, physicsClientId=c)
+        self.robot = p.loadURDF(self._robot_urdf, useFixedBase=True, physicsClientId=c)
         for j in FINGER_JOINTS:
             p.changeDynamics(self.robot, j, lateralFriction=1.5, spinningFriction=0.5, physicsClientId=c)
         # couple the fingers like the real Panda's mimic joint; independent force-limited fingers let a
@@ -106,16 +129,6 @@ class World:
             physicsClientId=c,
         )
         p.changeConstraint(gear, gearRatio=-1, erp=0.1, maxForce=50, physicsClientId=c)
-        self._catalog = None
-        self.bodies: list[Body] = []
-        self.scene: SceneSpec | None = None
-        self.ctx = None  # SceneContext of the loaded scene
-        self._saved: int | None = None
-        self.target_pos = np.zeros(3)
-        self.target_quat = np.array(DOWN_QUAT)
-        self.grip_cmd = 1.0
-        self.steps = 0  # physics steps taken since construction (for throughput accounting)
-        self.motor_log: list[tuple[list[float], float]] | None = None  # set to a list to record motor targets
 
     # -- scene management --------------------------------------------------------------------------
     @property
@@ -127,11 +140,8 @@ class World:
     def load(self, scene: SceneSpec, settle_s: float = 0.25) -> None:
         """Swap in `scene`'s objects, settle them with the arm at home, and snapshot the result."""
         c = self.client
-        for b in self.bodies:
-            p.removeBody(b.uid, physicsClientId=c)
-        if self._saved is not None:
-            p.removeState(self._saved, physicsClientId=c)
-            self._saved = None
+        self._build_base()  # also drops the bodies and the saved state of the previous scene
+        self._saved = None
         self.bodies = []
         self.scene = scene
         self._home()
@@ -417,15 +427,27 @@ def world_kwargs(cfg) -> dict:
     }
 
 
-def _lowpoly_panda_urdf() -> str:
-    """A copy of pybullet_data's Panda whose visuals are its collision meshes (~4x faster to render)."""
+def _panda_urdf(visuals: str) -> str:
+    """pybullet_data's Panda with its visuals as they are ("full"), replaced by its collision meshes
+    ("lowpoly", ~4x faster to render) or removed ("collision": nothing to render, and ~6x faster to load,
+    which `World.load` does for every scene). The dynamics read only the collision shapes and inertials,
+    which all three share (`tests/test_world.py` compares the trajectories)."""
     import os
+    import re
     import tempfile
 
     src = Path(pybullet_data.getDataPath()) / "franka_panda" / "panda.urdf"
-    out = Path(tempfile.gettempdir()) / f"coda_panda_lowpoly_{os.getuid()}.urdf"
+    if visuals == "full":
+        return "franka_panda/panda.urdf"
+    out = Path(tempfile.gettempdir()) / f"coda_panda_{visuals}_{os.getuid()}.urdf"
     if not out.exists():
-        text = src.read_text().replace("package://meshes/visual/", "package://meshes/collision/")
+        text = src.read_text()
+        if visuals == "lowpoly":
+            text = text.replace("package://meshes/visual/", "package://meshes/collision/")
+        elif visuals == "collision":
+            text = re.sub(r"<visual>.*?</visual>", "", text, flags=re.S)
+        else:
+            raise ValueError(f"visuals must be full, lowpoly or collision; got {visuals!r}")
         text = text.replace("package://meshes/", str(src.parent / "meshes") + "/")
         tmp = out.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(text)
