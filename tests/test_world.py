@@ -43,9 +43,7 @@ def _assert_same_bits(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> Non
 
 # regime B's evaluation scene `categories` 6 of the drawer family (episode 656 of a final evaluation): the arm,
 # driven through the inverse kinematics, touches the drawer; the scene that exposed the old `load`
-HISTORY_SCENE = (
-    '{"objects":[{"asset_id":"articulated/drawer_wide_001","category":"drawer_wide","friction":1.4826,"mass":5.0,"rgba":[0.615,0.577,0.615,1.0],"scale":1.1295}],"spatial":{"poses":[{"x":0.6101,"y":0.1958,"yaw":-0.3621}]},"task":{"bindings":{"cabinet":0},"family":"drawer","goal":[0.0,0.7895,-0.3621],"instruction":"slide the drawer in","template_id":2,"variant":"close"},"version":1}'
-)
+HISTORY_SCENE = '{"objects":[{"asset_id":"articulated/drawer_wide_001","category":"drawer_wide","friction":1.4826,"mass":5.0,"rgba":[0.615,0.577,0.615,1.0],"scale":1.1295}],"spatial":{"poses":[{"x":0.6101,"y":0.1958,"yaw":-0.3621}]},"task":{"bindings":{"cabinet":0},"family":"drawer","goal":[0.0,0.7895,-0.3621],"instruction":"slide the drawer in","template_id":2,"variant":"close"},"version":1}'
 
 
 def _arm_after(world: World, scene, actions: np.ndarray) -> tuple[str, bytes]:

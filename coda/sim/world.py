@@ -79,7 +79,9 @@ class World:
         self.ik_iterations = ik_iterations
         self.ik_threshold = ik_threshold
         self.physics_hz = physics_hz
-        self._robot_urdf = _panda_urdf("lowpoly" if lowpoly else "full") if render else _panda_urdf("collision")
+        self._robot_urdf = (
+            _panda_urdf("lowpoly" if lowpoly else "full") if render else _panda_urdf("collision")
+        )
         self.client = p.connect(p.DIRECT)
         self._build_base()
         self._catalog = None
