@@ -128,6 +128,17 @@ def pin_process() -> None:
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
 
 
+def _deterministic_algorithms(torch) -> None:
+    """`torch.use_deterministic_algorithms(True)` for eager execution, without its import of
+    torch._inductor's config (which loads the torch.compile stack, ~2.3 s of CPU in every process that pins
+    torch: each run, each simulator worker, each record) only to set a flag that torch.compile reads. This
+    code never compiles; where inductor is already loaded, the public call sets both."""
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True)
+    else:
+        torch._C._set_deterministic_algorithms(True, warn_only=False)
+
+
 def pin_torch(threads: int) -> None:
     """torch's part of the pin, and a fixed thread count, for a process that trains, samples or scores."""
     import torch
@@ -135,7 +146,7 @@ def pin_torch(threads: int) -> None:
     torch.set_num_threads(threads)
     if not enabled():
         return
-    torch.use_deterministic_algorithms(True)
+    _deterministic_algorithms(torch)
     torch.set_float32_matmul_precision("highest")
     torch.backends.mkldnn.enabled = False
     if gemm.requested() == "openblas":
