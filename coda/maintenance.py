@@ -266,13 +266,15 @@ def _record_keyframes(run_dir: Path, tmp: Path, data_dir, params, sft_dir) -> di
         else None
     )
     try:
-        load_params(params, profile)
+        limit = load_params(params, profile).sim.record_keyframes
     except (ConfigError, OSError, UserError) as err:
         return {"stored": 0, "why": f"{params}: {' '.join(str(err).split())}"}
+    if limit == 0:
+        return {"stored": 0, "why": f"the {profile or 'default'} profile's sim.record_keyframes is 0"}
     from coda.report.keyframes import RECORD_FOLDER, record_keyframes_pinned
 
     t0 = time.monotonic()
-    kw = {"data_dir": str(data_dir), "params": str(params)}
+    kw = {"data_dir": str(data_dir), "params": str(params), "limit": limit}
     if sft_dir is not None:
         kw["sft_dir"] = str(sft_dir)
     stored = record_keyframes_pinned(run_dir, tmp / RECORD_FOLDER, **kw)

@@ -67,8 +67,8 @@ def parse(text: str) -> StrictParser:
 @pytest.fixture(scope="module")
 def coda_setup(make_coda, make_params, small_data, tmp_path_factory):
     """A finished two-round `coda` run on the tiny params (one worker: light on the CPU): (run directory,
-    params file, SFT directory)."""
-    params = make_params()
+    params file, SFT directory); its records keep up to 8 keyframe strips, the cpu profile's number."""
+    params = make_params(sim={"record_keyframes": 8})
     runner = make_coda(params, small_data)
     sft = tmp_path_factory.mktemp("sft")
     runner.train_sft(sft, workers=1, timeout=600)
@@ -201,20 +201,23 @@ def records(coda_setup, small_data, coda_cli, tmp_path_factory):
     return base / "cli", base / "py", made
 
 
-def test_the_record_stores_keyframes_of_a_few_failures(records, coda_run):
-    """``RECORD/keyframes/``: at most one failure per mode of the last snapshot and eight in all, each of
+def test_the_record_stores_keyframes_of_a_few_failures(records, coda_run, coda_setup):
+    """``RECORD/keyframes/``: at most one failure per mode of the last snapshot and `sim.record_keyframes`
+    (here 8) in all, each of
     the diagnoses the report lists first for its mode, re-simulated as recorded (under the pin), as a PNG
     strip and a GIF of 160 px views under labels; a few hundred kB at most."""
     from PIL import Image
 
-    from coda.report.keyframes import RECORD_LIMIT, STRIP_GAP, record_candidates
+    from coda.config import load_params
+    from coda.report.keyframes import STRIP_GAP, record_candidates
     from coda.report.render import band_height
 
     rec, _, made = records
     mem = load_snapshot(latest_snapshot(coda_run))
     rows = json.loads((rec / "keyframes" / "keyframes.json").read_text())
-    candidates = record_candidates(mem)
-    assert made["keyframes"]["stored"] == len(rows) == min(RECORD_LIMIT, len(candidates)) > 0
+    limit = load_params(coda_setup[1], "smoke").sim.record_keyframes
+    candidates = record_candidates(mem, limit=limit)
+    assert made["keyframes"]["stored"] == len(rows) == min(limit, len(candidates)) > 0
     assert [row["mode_id"] for row in rows] == [m.mode_id for m, _ in candidates][: len(rows)]
     for row, (_, diagnoses) in zip(rows, candidates):
         assert row["diagnosis_id"] in [d["diagnosis_id"] for d in diagnoses]

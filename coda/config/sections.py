@@ -69,6 +69,7 @@ class SimConfig:
     ray_address: str | None = None  # ray.init(address=...) target; null starts or joins a local Ray
     episode_timeout_s: float = 60.0  # wall-clock limit for one episode before its worker is replaced
     retries: int = 1  # re-attempts of an episode whose worker crashed or timed out
+    record_keyframes: int = 8  # diagnosed failures `coda record` re-simulates and stores as keyframe strips
 
     def __post_init__(self) -> None:
         _check_int("control_hz", self.control_hz, minimum=1)
@@ -88,6 +89,7 @@ class SimConfig:
             self, "episode_timeout_s", _check_float("episode_timeout_s", self.episode_timeout_s, above=0)
         )
         _check_int("retries", self.retries, minimum=0)
+        _check_int("record_keyframes", self.record_keyframes, minimum=0)
 
     @property
     def substeps(self) -> int:
