@@ -291,9 +291,20 @@ def test_the_summary_writes_both_regimes_and_builds_without_regime_b(tmp_path, m
 
 
 REGIME_A = ROOT / "records" / "regime_a"
+AUDITED = [REGIME_A / "table1" / f"coda-{seed}" for seed in range(3)]
 
 
-@pytest.mark.skipif(not (REGIME_A / "table1" / "coda-0" / "memory").is_dir(), reason="no regime-A records")
+def _made_before_issue_27(record: Path) -> bool:
+    """The audit (../shared/docs/AUDIT-targeting.md) counted regime A's CoDA records made with the targeting before
+    issue 27; records made since name their demonstration selection in run.json's `coevolve`."""
+    run = record / "run.json"
+    return run.is_file() and "demo_selection" not in json.loads(run.read_text()).get("coevolve", {})
+
+
+@pytest.mark.skipif(
+    not all((r / "memory").is_dir() and _made_before_issue_27(r) for r in AUDITED),
+    reason="regime A's CoDA records are not (all) the ones the audit counted: re-made with issue 27's targeting",
+)
 def test_regime_a_records_give_the_audits_same_round_numbers():
     entry = targeting(Runs.load(REGIME_A))
     assert 0.35 < entry["coda_targeted_failure"] < 0.45  # the audit: 39.6% per seed
@@ -301,3 +312,18 @@ def test_regime_a_records_give_the_audits_same_round_numbers():
     assert entry["coda_in_mode_precision"] < 0.06  # the audit: 2.8%
     assert entry["coda_targeted_failure"] < entry["coda_novel_failure"]
     assert entry["n"] == 3 and all(r[0] >= 2 for r in entry["rounds"].values())
+
+
+@pytest.mark.parametrize("regime", ["regime_a", "regime_b"])
+def test_committed_coda_records_give_table8_rates_that_their_counts_make(regime):
+    """Whatever records are committed: Table 8's pooled rates are their rollout counts' ratios, rounds 2+ only."""
+    root = ROOT / "records" / regime
+    if not (root / "table1" / "coda-0" / "memory").is_dir():
+        pytest.skip(f"no CoDA records under records/{regime}")
+    entry = targeting(Runs.load(root))
+    counts = entry["rollouts"]
+    for split in ("targeted", "novel", "control", "replay"):
+        assert counts[split] > 0
+        assert entry[f"coda_{split}_failure"] == pytest.approx(counts[f"{split}_failed"] / counts[split], abs=1e-4)
+    assert entry["coda_in_mode_precision"] == pytest.approx(counts["in_mode"] / counts["targeted"], abs=1e-4)
+    assert all(min(rounds) >= 2 for rounds in entry["rounds"].values())
