@@ -27,8 +27,11 @@ $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/coda report plots-template  # .dvc/config's plots.html_template: `dvc plots show` with no network
 	touch $@
 
+# Two workers (pytest-xdist), a test module at a time each, the smoke pipeline first (tests/conftest.py):
+# the suite takes about half its one-process time. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 test: venv
-	DVC_NO_ANALYTICS=1 $(BIN)/python -m pytest
+	DVC_NO_ANALYTICS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # First says which stages `dvc repro` will re-run and why (grouped `dvc status`: docs/FRESH_CLONE.md; not fatal)
 reproduce: venv

@@ -34,6 +34,16 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 LIBERO_STAGES = ("libero_sft", "libero_coda", "libero_uniform", "nb10_libero_pro")
+# Regime B's copies of regime A's grids (the same commands on scenes_b and regime B's SFT): `prepare` can leave
+# them out, keeping regime B's scenes, SFT, Table 1 and report (the test suite does, to halve its longest test)
+REGIME_B_GRIDS = (
+    "sft_b_regime_b",
+    "data_scaling_regime_b",
+    "budget_regime_b",
+    "ablation_regime_b",
+    "long_regime_b",
+    "backbone_regime_b",
+)
 
 
 def env_for(repo: Path) -> dict[str, str]:
@@ -83,10 +93,10 @@ def commit_all(repo: Path, message: str) -> Path:
     return repo
 
 
-def prepare(repo: Path, *, libero: bool) -> Path:
+def prepare(repo: Path, *, libero: bool, regime_b_grids: bool = True) -> Path:
     """A fresh copy of the project at `repo` on the smoke profile with Table 1 seed 0, committed to its own
     git repository (no data/, no DVC remote, none of the committed `cpu` records); `libero=False` leaves the
-    LIBERO stages out."""
+    LIBERO stages out, `regime_b_grids=False` the stages of `REGIME_B_GRIDS`."""
     copy_working_tree(repo)
     from coda.report.plots_page import DEFAULT, write_template
 
@@ -97,14 +107,19 @@ def prepare(repo: Path, *, libero: bool) -> Path:
     params["experiments"]["seeds"] = [0]
     params["experiments"]["budget"]["envs"] = [2]  # one more budget beside the profile's own
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    stages = yaml.safe_load((repo / "dvc.yaml").read_text())
     if not libero:
-        stages = yaml.safe_load((repo / "dvc.yaml").read_text())
         for name in LIBERO_STAGES:
             del stages["stages"][name]
         for fig in ("table2_libero_pro.md", "table2_libero_curve.png", "libero_coverage.md"):
             stages["stages"]["figures_index"]["deps"].remove(f"figures/{fig}")
         if "metrics" in stages:
             stages["metrics"] = [m for m in stages["metrics"] if "libero" not in m]
+    if not regime_b_grids:
+        for name in REGIME_B_GRIDS:
+            del stages["stages"][name]
+        stages["stages"]["report_regime_b"]["deps"].remove("metrics/regime_b/sft_b.json")
+    if not (libero and regime_b_grids):
         (repo / "dvc.yaml").write_text(yaml.safe_dump(stages, sort_keys=False))
     return commit_all(repo, "smoke")
 

@@ -174,3 +174,37 @@ def world(small_data):
     w = World(small_data)
     yield w
     w.close()
+
+
+# -- running on two workers (`make test`: pytest-xdist, --dist loadgroup) ---------------------------------
+# Each module is one group, so that a module-scoped fixture (a smoke run, a fresh clone) is built once; the
+# modules that run DVC or `coda verify`/`coda status` in the project's own folder share one group, since DVC
+# locks the repository; and the longest modules come first, so that the smoke pipeline starts at once and
+# the rest of the suite runs beside it. Without xdist (`pytest -p no:xdist`, or `-n 0`) only the order changes.
+LONGEST_FIRST = (
+    "test_pipeline.py",
+    "test_libero_run.py",
+    "test_fresh_smoke_report.py",
+    "test_verify.py",
+    "reliability/test_bad_programs.py",
+    "test_memory_report.py",
+)
+DVC_IN_THE_PROJECT = {
+    "test_verify.py",
+    "test_pipeline_status.py",
+    "test_plots_offline.py",
+    "test_pending_stages.py",
+}
+
+
+def _module(item) -> str:
+    return Path(str(item.path)).resolve().relative_to(ROOT / "tests").as_posix()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_module(item), len(rank)))  # stable: file order otherwise
+    for item in items:
+        module = _module(item)
+        item.add_marker(pytest.mark.xdist_group("dvc-project" if module in DVC_IN_THE_PROJECT else module))
