@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml | $(BIN)/python
 # the suite takes about half its one-process time. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 2
 test: venv
-	DVC_NO_ANALYTICS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	DVC_NO_ANALYTICS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --no-loadscope-reorder
 
 # First says which stages `dvc repro` will re-run and why (grouped `dvc status`: docs/FRESH_CLONE.md; not fatal)
 reproduce: venv

@@ -176,11 +176,12 @@ def world(small_data):
     w.close()
 
 
-# -- running on two workers (`make test`: pytest-xdist, --dist loadgroup) ---------------------------------
-# Each module is one group, so that a module-scoped fixture (a smoke run, a fresh clone) is built once; the
-# modules that run DVC or `coda verify`/`coda status` in the project's own folder share one group, since DVC
-# locks the repository; and the longest modules come first, so that the smoke pipeline starts at once and
-# the rest of the suite runs beside it. Without xdist (`pytest -p no:xdist`, or `-n 0`) only the order changes.
+# -- running on two workers (`make test`: pytest-xdist) -----------------------------------------------------
+# Each module is one unit of work, so that a module-scoped fixture (a smoke run, a fresh clone) is built once;
+# the modules that run DVC or `coda verify`/`coda status` in the project's own folder are one unit together,
+# since DVC locks the repository; and the longest modules come first (with --no-loadscope-reorder), so that the
+# smoke pipeline starts at once and the rest of the suite runs beside it. xdist's own `--dist loadgroup` does
+# not regroup items under pytest 9 (their node ids keep no group suffix), hence the scheduler hook.
 LONGEST_FIRST = (
     "test_pipeline.py",
     "test_libero_run.py",
@@ -197,14 +198,28 @@ DVC_IN_THE_PROJECT = {
 }
 
 
-def _module(item) -> str:
-    return Path(str(item.path)).resolve().relative_to(ROOT / "tests").as_posix()
+def _module(nodeid: str) -> str:
+    """The test file of a node id, relative to tests/ (``tests/reliability/test_x.py::t[1]`` ->
+    ``reliability/test_x.py``)."""
+    return nodeid.split("::", 1)[0].removeprefix("tests/")
 
 
-@pytest.hookimpl(tryfirst=True)
+def unit_of_work(nodeid: str) -> str:
+    module = _module(nodeid)
+    return "dvc-project" if module in DVC_IN_THE_PROJECT else module
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    return ByModule(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(_module(item), len(rank)))  # stable: file order otherwise
-    for item in items:
-        module = _module(item)
-        item.add_marker(pytest.mark.xdist_group("dvc-project" if module in DVC_IN_THE_PROJECT else module))
+    items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))  # stable: file order otherwise
