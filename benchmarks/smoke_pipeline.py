@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import yaml
@@ -93,10 +94,13 @@ def commit_all(repo: Path, message: str) -> Path:
     return repo
 
 
-def prepare(repo: Path, *, libero: bool, regime_b_grids: bool = True) -> Path:
+def prepare(
+    repo: Path, *, libero: bool, regime_b_grids: bool = True, variants: Sequence[str] | None = None
+) -> Path:
     """A fresh copy of the project at `repo` on the smoke profile with Table 1 seed 0, committed to its own
     git repository (no data/, no DVC remote, none of the committed `cpu` records); `libero=False` leaves the
-    LIBERO stages out, `regime_b_grids=False` the stages of `REGIME_B_GRIDS`."""
+    LIBERO stages out, `regime_b_grids=False` the stages of `REGIME_B_GRIDS`, and `variants` keeps only those
+    ablations of `experiments.variants` (the tables show the others as not run)."""
     copy_working_tree(repo)
     from coda.report.plots_page import DEFAULT, write_template
 
@@ -106,6 +110,12 @@ def prepare(repo: Path, *, libero: bool, regime_b_grids: bool = True) -> Path:
     params["base"]["profile"] = "smoke"
     params["experiments"]["seeds"] = [0]
     params["experiments"]["budget"]["envs"] = [2]  # one more budget beside the profile's own
+    if variants is not None:
+        known = params["experiments"]["variants"]
+        unknown = sorted(set(variants) - set(known))
+        if unknown:
+            raise ValueError(f"variants: no experiments.variants.{unknown[0]} in params.yaml")
+        params["experiments"]["variants"] = {k: v for k, v in known.items() if k in variants}
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     stages = yaml.safe_load((repo / "dvc.yaml").read_text())
     if not libero:

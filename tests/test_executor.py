@@ -225,7 +225,8 @@ def test_ray_timeout(ray_executor, monkeypatch):
     monkeypatch.setattr(ray_executor, "retries", 0)
     t0 = time.monotonic()
     res = ray_executor.map(J.hang_on, [(0, False), (1, True), (2, False)])
-    assert time.monotonic() - t0 < 15
+    # the hung job sleeps 1000 s: far less means the 3 s timeout cut it (the bound leaves room for a busy machine)
+    assert time.monotonic() - t0 < 120
     assert [r.ok for r in res] == [True, False, True]
     assert res[1].error == "timeout after 3.0s" and res[1].attempts == 1
     assert [r.value for r in ray_executor.map(J.square, [3])] == [9]  # replacement actor works
