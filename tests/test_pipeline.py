@@ -26,7 +26,7 @@ import yaml
 
 from coda.report.tables import OURS
 
-# the test suite runs this beside the rest of the suite on two workers (`make test`): ~45-60 min on 2 cores
+# `make test` runs this beside the rest of the suite on two workers: 32-35 min here, about twice that on CI
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(4800)]
 REPRO_TIMEOUT_S = 4500  # repro's own watchdog fires first, so a failure lists the stages that finished
 
