@@ -179,22 +179,20 @@ def test_table8_counts_one_family_in_the_rounds_of_the_whole_run():
 
 
 def _memory_record(run_dir: Path, seed: int) -> None:
-    """A CoDA run record: run.json, rounds.json (success_by_split per round), metrics.json and a memory
-    snapshot with the rollouts behind them. Round 2: 2 targeted (1 fails, diagnosed in its mode), 1 novel
-    (fails); round 3: 2 targeted (both succeed), 3 novel (1 fails)."""
+    """A CoDA run record: run.json, rounds.json (success_by_split per round), metrics.json and memory
+    snapshots of rounds 2 and 3 with the rollouts behind them. Round 2: 2 targeted (1 fails, diagnosed in its
+    mode), 1 novel (fails); round 3: 2 targeted (both succeed), 3 novel (1 fails). The mode's generation program
+    is recompiled after round 2, so the round-3 snapshot no longer names the program of round 2's scenes."""
     from coda.memory.programs import validate_program
     from coda.memory.store import Memory, save_snapshot, snapshot_path
 
     mem = Memory(encoder=lambda texts: np.ones((len(texts), 3)))
-    gen = mem.add_program(
-        validate_program(
-            {
-                "kind": "generation",
-                "family": "pick_place",
-                "operations": [{"op": "sample", "role": "target", "attribute": "mass", "range": [0.1, 0.9]}],
-            }
-        )
-    )
+
+    def compile_program(hi: float) -> str:
+        op = {"op": "sample", "role": "target", "attribute": "mass", "range": [0.1, hi]}
+        return mem.add_program(validate_program({"kind": "generation", "family": "pick_place", "operations": [op]}))
+
+    gen = compile_program(0.9)
     mode = mem.add_mode("pick_place", "grasp", "mass", "too heavy", 1, generation_program_id=gen)
     spec = {"family": "pick_place"}
     outcomes = {
@@ -202,6 +200,9 @@ def _memory_record(run_dir: Path, seed: int) -> None:
         3: {"targeted": [True, True], "novel": [True, False, True]},
     }
     for rnd, splits in outcomes.items():
+        if rnd == 3:  # recompiled from the mode's diagnoses so far
+            gen = compile_program(0.7)
+            mem.set_mode_programs(mode, generation_program_id=gen)
         for split, oks in splits.items():
             for i, ok in enumerate(oks):
                 scene = f"{split[0]}{rnd}{i}"
@@ -221,12 +222,13 @@ def _memory_record(run_dir: Path, seed: int) -> None:
                         rid, scene, "pick_place", rnd, "bin", "grasp", "mass", "too heavy", 0.9
                     )
                     assert mem.assign_mode(did) == mode
+        if rnd == 2:
+            save_snapshot(mem, snapshot_path(run_dir, 2), round=2)
     rounds = [{"round": 1, "success_by_split": {"novel": 0.5}}] + [
         {"round": r, "success_by_split": {k: float(np.mean(v)) for k, v in s.items()}}
         for r, s in outcomes.items()
     ]
     metrics = {"round": 3, "ood_success": 0.5, "n_id": 0, "eval_outcomes": "1" * 16}
-    run_dir.mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({"method": "coda", "seed": seed, "profile": "t"}))
     (run_dir / "rounds.json").write_text(json.dumps(rounds))
     (run_dir / "metrics.json").write_text(json.dumps(metrics))
@@ -239,6 +241,7 @@ def test_table8_reads_the_memory_of_each_regime_and_reports_a_regime_without_rec
     runs = Runs.load(records / "regime_a")
     entry = targeting(runs)
     assert entry["coda_targeted_failure"] == 0.25 and entry["coda_novel_failure"] == 0.5  # 1/4, 2/4
+    # round 2's failure was diagnosed in the mode of the program that made it, which round 3 recompiled
     assert entry["coda_in_mode_precision"] == 0.25 and entry["rounds"] == {"0": [2, 3]}
     only = entry["by_family"]["pick_place"]  # one family: its entry is the whole run's
     assert set(entry["by_family"]) == {"pick_place"} and only["rollouts"] == entry["rollouts"]

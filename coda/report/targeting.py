@@ -9,8 +9,8 @@ targeting takes both sides from the same CoDA runs and the same rounds, so the s
   scene) that failed;
 * `coda_novel_failure`: rollouts of CoDA's novel draws (uniform from the generator space) that failed;
 * `coda_in_mode_precision`: targeted rollouts that failed *and* were diagnosed in the mode that the scene's
-  generation program targets (the diagnosis's ``mode_id`` is a mode whose ``generation_program_id`` is the
-  scene's ``program_id``), over all targeted rollouts;
+  generation program targets (the diagnosis's ``mode_id`` is a mode whose ``generation_program_id`` was the
+  scene's ``program_id`` in some snapshot of the run: programs are recompiled), over all targeted rollouts;
 * `coda_control_failure`: rollouts of the targeted environments' control counterparts (the base scene with no
   program applied) that failed: what the bases alone give;
 * `coda_replay_failure`: rollouts of replayed environments (a generated scene the policy failed in an earlier
@@ -20,7 +20,8 @@ targeting takes both sides from the same CoDA runs and the same rounds, so the s
 The rounds are those in which a run rolled out both targeted environments and novel draws (rounds 2+: round 1
 has no diagnosed modes to target). Rates are pooled over the rollouts of every seed; each is also given per
 seed as mean ± s.e. over seeds (n seeds). Everything is counted from the run's latest memory snapshot
-(``rollouts``, ``scenes``, ``modes`` and ``diagnoses`` tables, which hold every round); its per-round rates are
+(``rollouts``, ``scenes`` and ``diagnoses`` tables, which hold every round), and which program each mode held
+from the ``modes`` table of every snapshot; its per-round rates are
 the ``success_by_split`` of ``rounds.json``, which has no counts to pool with. ``by_family`` gives the pooled
 rates and counts per task family: the families' failure rates differ several-fold, so a split that draws more
 of a hard family fails more for that reason alone.
@@ -125,14 +126,21 @@ def count_splits(
 
 
 def run_counts(run: RunResult) -> dict[str | None, SplitCounts] | None:
-    """`count_splits` of a run's latest memory snapshot, over all families (key None) and per family; None
-    when the run kept no memory."""
-    mem = run.memory()
-    if mem is None:
+    """`count_splits` of a run's memory, over all families (key None) and per family; None when the run kept
+    no memory. Rollouts, scenes and diagnoses come from the latest snapshot (it holds every round); the modes
+    from every snapshot, because a mode's generation program is recompiled as the mode gains diagnoses: a
+    round's targeted scene was made by the program its mode held *then*, which the latest snapshot no longer
+    names (read from the latest alone, in-mode precision missed the scenes of every superseded program)."""
+    history = run.memory_history()
+    if not history:
         return None
-    tables = [list(mem.rows(name)) for name in ("rollouts", "scenes", "modes", "diagnoses")]
-    families = sorted({r["family"] for r in tables[0]})
-    return {f: count_splits(*tables, seed=run.seed, family=f) for f in (None, *families)}
+    latest = history[-1]
+    rollouts, scenes, diagnoses = (list(latest.rows(name)) for name in ("rollouts", "scenes", "diagnoses"))
+    modes = [row for mem in history for row in mem.rows("modes")]
+    families = sorted({r["family"] for r in rollouts})
+    return {
+        f: count_splits(rollouts, scenes, modes, diagnoses, seed=run.seed, family=f) for f in (None, *families)
+    }
 
 
 def pool(counts: Sequence[SplitCounts]) -> dict[str, Any]:
