@@ -156,9 +156,36 @@ def test_table8_pools_targeted_and_novel_rollouts_of_the_same_rounds():
         "replay": 2,
         "replay_failed": 1,
         "in_mode": 1,
+        "validated": 0,
+        "validated_failed": 0,
     }
     assert entry["per_seed"]["coda_replay_failure"]["n"] == 1  # seed 8 replayed nothing: no rate, not zero
     assert entry["rounds"] == {"7": [2, 3], "8": [2]} and entry["n"] == 2
+
+
+def test_table8_splits_off_the_targeted_rollouts_of_modes_validated_when_the_round_began():
+    rollouts = [
+        _rollout("t2", 2, "targeted", False, "s0"),  # gp-a's mode is a candidate after round 1
+        _rollout("n2", 2, "novel", True, "u2"),
+        _rollout("t3", 3, "targeted", False, "s0"),  # ... and validated after round 2
+        _rollout("u3", 3, "targeted", True, "s1"),
+        _rollout("n3", 3, "novel", True, "u3"),
+    ]
+    scenes = [
+        {"scene_hash": h, "round": r, "split": "targeted", "program_id": "gp-a"}
+        for h in ("s0", "s1")
+        for r in (2, 3)
+    ]
+    modes = [
+        {"mode_id": "m/a", "generation_program_id": "gp-a", "status": "candidate", "snapshot_round": 1},
+        {"mode_id": "m/a", "generation_program_id": "gp-a", "status": "validated", "snapshot_round": 2},
+        {"mode_id": "m/a", "generation_program_id": "gp-b", "status": "validated", "snapshot_round": 3},
+    ]
+    c = count_splits(rollouts, scenes, modes, [])
+    assert (c.targeted, c.targeted_failed, c.validated, c.validated_failed) == (3, 2, 2, 1)
+    assert c.rates()["coda_validated_failure"] == 0.5
+    undated = count_splits(rollouts, scenes, [{**modes[1], "snapshot_round": None}], [])
+    assert undated.validated == 3  # a mode row without its snapshot's round holds for every round
 
 
 def test_table8_counts_one_family_in_the_rounds_of_the_whole_run():
@@ -190,7 +217,9 @@ def _memory_record(run_dir: Path, seed: int) -> None:
 
     def compile_program(hi: float) -> str:
         op = {"op": "sample", "role": "target", "attribute": "mass", "range": [0.1, hi]}
-        return mem.add_program(validate_program({"kind": "generation", "family": "pick_place", "operations": [op]}))
+        return mem.add_program(
+            validate_program({"kind": "generation", "family": "pick_place", "operations": [op]})
+        )
 
     gen = compile_program(0.9)
     mode = mem.add_mode("pick_place", "grasp", "mass", "too heavy", 1, generation_program_id=gen)
@@ -327,6 +356,8 @@ def test_committed_coda_records_give_table8_rates_that_their_counts_make(regime)
     counts = entry["rollouts"]
     for split in ("targeted", "novel", "control", "replay"):
         assert counts[split] > 0
-        assert entry[f"coda_{split}_failure"] == pytest.approx(counts[f"{split}_failed"] / counts[split], abs=1e-4)
+        assert entry[f"coda_{split}_failure"] == pytest.approx(
+            counts[f"{split}_failed"] / counts[split], abs=1e-4
+        )
     assert entry["coda_in_mode_precision"] == pytest.approx(counts["in_mode"] / counts["targeted"], abs=1e-4)
     assert all(min(rounds) >= 2 for rounds in entry["rounds"].values())

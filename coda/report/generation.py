@@ -156,6 +156,12 @@ def table8_generation_quality(runs: Runs, out: Path, data_dir: str | Path = "dat
             "targeted",
         ),
         (
+            "coda_validated_failure",
+            f"{same_rounds}: CoDA's targeted envs of modes validated when the round began",
+            "validated_failed",
+            "validated",
+        ),
+        (
             "coda_control_failure",
             f"{same_rounds}: the targeted envs' control counterparts (their bases)",
             "control_failed",
@@ -210,7 +216,9 @@ def table8_generation_quality(runs: Runs, out: Path, data_dir: str | Path = "dat
         "include round 1). Different methods' policies meet those, so the rows below compare CoDA's targeted "
         "environments with its own novel draws, same runs and same rounds (those with both: rounds 2+), pooled "
         "over the rollouts of every seed and per seed (mean ± s.e.), with the share of targeted rollouts that "
-        "failed with a diagnosis in the targeted mode (`coda.report.targeting`). "
+        "failed with a diagnosis in the targeted mode (the mode whose program made the scene, read from every "
+        "memory snapshot) and the failure rate of the targeted environments of modes already validated when "
+        "the round began (the others test candidate modes) (`coda.report.targeting`). "
         "Coverage entropy: scenes binned by (family, most-perturbed factor, size of the perturbation in seed "
         "spreads); uniform generation keeps no memory, so its proposals are re-drawn from the generator space "
         "with the run's seed, as many as it accepted."

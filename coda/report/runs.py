@@ -110,13 +110,14 @@ class RunResult:
             return None
         return load_snapshot(resolve_snapshot(self.path))
 
-    def memory_history(self) -> list:
-        """Every memory snapshot the run kept (``memory/round-NNNN``), in round order, each verified on reading;
-        empty when the run kept none. A mode's programs are recompiled as it gains diagnoses, so only the
-        history says which mode an earlier round's program was compiled for."""
+    def memory_history(self) -> list[tuple[int, Any]]:
+        """(round, snapshot) of every memory snapshot the run kept (``memory/round-NNNN``), in round order, each
+        verified on reading; empty when the run kept none. A mode's programs are recompiled as it gains
+        diagnoses, so only the history says which mode an earlier round's program was compiled for."""
         from coda.memory.store import load_snapshot
 
-        return [load_snapshot(m.parent) for m in sorted((self.path / "memory").glob("round-*/manifest.json"))]
+        found = sorted((self.path / "memory").glob("round-[0-9]*/manifest.json"))
+        return [(int(m.parent.name.removeprefix("round-")), load_snapshot(m.parent)) for m in found]
 
     def curve(self, key: str = "ood_success") -> list[tuple[int, float]]:
         """(round, value) of every evaluated round."""

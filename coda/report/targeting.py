@@ -11,6 +11,9 @@ targeting takes both sides from the same CoDA runs and the same rounds, so the s
 * `coda_in_mode_precision`: targeted rollouts that failed *and* were diagnosed in the mode that the scene's
   generation program targets (the diagnosis's ``mode_id`` is a mode whose ``generation_program_id`` was the
   scene's ``program_id`` in some snapshot of the run: programs are recompiled), over all targeted rollouts;
+* `coda_validated_failure`: targeted rollouts whose program's mode was *validated* (its control experiments
+  passed) when the round began, that failed; the rest of the targeted rollouts test candidate modes. Read from
+  the snapshot of the round before (``snapshot_round`` on a mode row; a row without it counts for every round);
 * `coda_control_failure`: rollouts of the targeted environments' control counterparts (the base scene with no
   program applied) that failed: what the bases alone give;
 * `coda_replay_failure`: rollouts of replayed environments (a generated scene the policy failed in an earlier
@@ -45,14 +48,16 @@ RATES = (
     "coda_targeted_failure",
     "coda_novel_failure",
     "coda_in_mode_precision",
+    "coda_validated_failure",
     "coda_control_failure",
     "coda_replay_failure",
 )
-COUNTS = (*(k for s in SPLITS for k in (s, f"{s}_failed")), "in_mode")  # SplitCounts' counts
+COUNTS = (*(k for s in SPLITS for k in (s, f"{s}_failed")), "in_mode", "validated", "validated_failed")
 DEFINITION = (
     "failure rate of the round's policy on CoDA's targeted environments and on its novel draws, same runs and "
     "same rounds (those with both: rounds 2+), pooled over the rollouts of every seed; in-mode precision: "
-    "targeted rollouts that failed with a diagnosis in the targeted mode, over all targeted rollouts; control "
+    "targeted rollouts that failed with a diagnosis in the targeted mode, over all targeted rollouts; validated: "
+    "the targeted rollouts of modes validated when the round began; control "
     "and replay: the same rounds' control counterparts and replays of scenes failed in an earlier round"
 )
 
@@ -72,6 +77,8 @@ class SplitCounts:
     replay: int
     replay_failed: int
     in_mode: int  # targeted rollouts that failed with a diagnosis in the targeted mode
+    validated: int = 0  # targeted rollouts of a mode validated when the round began ...
+    validated_failed: int = 0  # ... that failed
 
     def rates(self) -> dict[str, float | None]:
         """The rates of `RATES` (fractions; None for a split without rollouts)."""
@@ -79,6 +86,7 @@ class SplitCounts:
             "coda_targeted_failure": _ratio(self.targeted_failed, self.targeted),
             "coda_novel_failure": _ratio(self.novel_failed, self.novel),
             "coda_in_mode_precision": _ratio(self.in_mode, self.targeted),
+            "coda_validated_failure": _ratio(self.validated_failed, self.validated),
             "coda_control_failure": _ratio(self.control_failed, self.control),
             "coda_replay_failure": _ratio(self.replay_failed, self.replay),
         }
@@ -105,22 +113,29 @@ def count_splits(
         if s["split"] == "targeted" and s.get("program_id"):
             programs.setdefault((s["scene_hash"], s["round"]), set()).add(s["program_id"])
     modes_of: dict[str, set[str]] = {}  # generation program -> the modes it recreates
+    validated: set[tuple[str, int | None]] = set()  # (program, snapshot round) held by a validated mode
     for m in modes:
         if m.get("generation_program_id"):
             modes_of.setdefault(m["generation_program_id"], set()).add(m["mode_id"])
+            if m.get("status") == "validated":
+                validated.add((m["generation_program_id"], m.get("snapshot_round")))
     diagnosed = {d["rollout_id"]: d.get("mode_id") for d in diagnoses}
     n = dict.fromkeys(COUNTS, 0)
     for r in rollouts:
         if r["round"] not in rounds or r["split"] not in SPLITS or (family and r["family"] != family):
             continue
         n[r["split"]] += 1
+        made_by = programs.get((r["scene_hash"], r["round"]), ())
+        of_validated = r["split"] == "targeted" and any(
+            (p, k) in validated for p in made_by for k in (r["round"] - 1, None)
+        )
+        n["validated"] += of_validated
         if r["success"]:
             continue
         n[f"{r['split']}_failed"] += 1
+        n["validated_failed"] += of_validated
         if r["split"] == "targeted":
-            targeted_modes = set().union(
-                *(modes_of.get(p, set()) for p in programs.get((r["scene_hash"], r["round"]), ()))
-            )
+            targeted_modes = set().union(*(modes_of.get(p, set()) for p in made_by))
             n["in_mode"] += diagnosed.get(r["rollout_id"]) in targeted_modes
     return SplitCounts(seed, rounds, **n)
 
@@ -134,12 +149,13 @@ def run_counts(run: RunResult) -> dict[str | None, SplitCounts] | None:
     history = run.memory_history()
     if not history:
         return None
-    latest = history[-1]
+    latest = history[-1][1]
     rollouts, scenes, diagnoses = (list(latest.rows(name)) for name in ("rollouts", "scenes", "diagnoses"))
-    modes = [row for mem in history for row in mem.rows("modes")]
+    modes = [{**row, "snapshot_round": k} for k, mem in history for row in mem.rows("modes")]
     families = sorted({r["family"] for r in rollouts})
     return {
-        f: count_splits(rollouts, scenes, modes, diagnoses, seed=run.seed, family=f) for f in (None, *families)
+        f: count_splits(rollouts, scenes, modes, diagnoses, seed=run.seed, family=f)
+        for f in (None, *families)
     }
 
 
