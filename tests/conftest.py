@@ -8,6 +8,7 @@ importing them.
 """
 
 import atexit
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -25,6 +26,14 @@ if "CODA_TEXT_CACHE" not in os.environ:  # the session's own instruction-embeddi
     atexit.register(shutil.rmtree, os.environ["CODA_TEXT_CACHE"], ignore_errors=True)
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_benchmark(name: str):
+    """benchmarks/<name>.py as a module (benchmarks/ holds scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def tiny_params(families=None, sft=None, sim=None, **coevolve) -> dict:

@@ -2,21 +2,11 @@
 a stage that has not run or whose code changed is pending, and so is a finished stage whose lost output a pending
 stage needs."""
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("pending_stages", ROOT / "benchmarks" / "pending_stages.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.conftest import ROOT, load_benchmark
 
 
 def test_pending_stages_on_a_machine_without_the_cache():
-    mod = _load()
+    mod = load_benchmark("pending_stages")
     order = ["scenes", "sft", "table1@coda-0", "table1@uniform-0", "long@coda", "budget@coda-4", "summary"]
     status = {
         "scenes": [{"changed outs": {"scenes": "deleted"}}],
@@ -53,7 +43,7 @@ def test_pending_stages_on_a_machine_without_the_cache():
 
 
 def test_git_ignores_the_cached_outputs_and_keeps_the_records(monkeypatch):
-    mod = _load()
+    mod = load_benchmark("pending_stages")
     monkeypatch.chdir(ROOT)
     paths = ["runs/table1/coda-0", "scenes", "records/table1/coda-0", "runs/sft/policy", "metrics/sft.json"]
     assert mod._ignored(paths) == {"runs/table1/coda-0", "scenes"}
@@ -61,7 +51,7 @@ def test_git_ignores_the_cached_outputs_and_keeps_the_records(monkeypatch):
 
 def test_an_empty_cache_reports_not_in_cache_and_the_stage_is_still_done():
     # a fresh clone's empty cache: dvc says "not in cache", not "deleted", for an output it cannot find anywhere
-    mod = _load()
+    mod = load_benchmark("pending_stages")
     order = ["table1@coda-0", "long@coda", "budget@coda-4"]
     status = {
         "table1@coda-0": [{"changed outs": {"runs/table1/coda-0": "not in cache"}}],

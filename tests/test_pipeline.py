@@ -16,7 +16,6 @@ benchmarks/smoke_pipeline.py` measures the same on its own.
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -25,24 +24,16 @@ import pytest
 import yaml
 
 from coda.report.tables import OURS
+from tests.conftest import load_benchmark
 
 # `make test` runs this beside the rest of the suite on two workers: 32-35 min here, about twice that on CI
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(4800)]
 REPRO_TIMEOUT_S = 4500  # repro's own watchdog fires first, so a failure lists the stages that finished
 
 
-def _load_benchmark(name: str):
-    """benchmarks/<name>.py as a module (benchmarks/ is scripts, not a package)."""
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-smoke = _load_benchmark("smoke_pipeline")
+smoke = load_benchmark("smoke_pipeline")
 
 EXPECTED = [
     *(

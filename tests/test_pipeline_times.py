@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-
-def _module():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "pipeline_times.py"
-    spec = importlib.util.spec_from_file_location("pipeline_times", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from tests.conftest import load_benchmark
 
 
 def test_a_skipped_stage_keeps_its_last_run_and_a_never_run_one_reads_its_metrics(tmp_path):
-    pt = _module()
+    pt = load_benchmark("pipeline_times")
     log = tmp_path / "times.tsv"
     log.write_text(
         "scenes\t40\t0\t2026-12-01T10:00:00Z\n"  # an older row: no ran/cached column, counts

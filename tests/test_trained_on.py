@@ -3,7 +3,6 @@ split, in trained_on.json, which benchmarks/trained_on.py reads."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections import Counter
 from pathlib import Path
@@ -17,18 +16,11 @@ from coda.coevolve.trainer import TRAINED_ON, TrainedOn, Trainer
 from coda.config import CoevolveConfig, ConfigError, load_params
 from coda.engine.generate import EnvRequest
 from coda.learn.replay import ChunkReplay
+from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = ("stack", "push")
 SPLITS = ("novel", "targeted", "control", "replay")
-
-
-def _script():
-    path = ROOT / "benchmarks" / "trained_on.py"
-    spec = importlib.util.spec_from_file_location("trained_on_script", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _trainer(selection: str, demos_per_family: int = 3, seed: int = 0) -> Trainer:
@@ -187,7 +179,7 @@ def _written_record(tmp_path: Path) -> Path:
 def test_script_totals_match_the_file(tmp_path, capsys):
     run = _written_record(tmp_path)
     doc = json.loads((run / TRAINED_ON).read_text())
-    script = _script()
+    script = load_benchmark("trained_on")
     assert script.main([str(run), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     total = out["demos"]["total"]
@@ -211,9 +203,9 @@ def test_script_says_an_old_record_predates_recording(tmp_path, capsys):
     old = tmp_path / "coda-0"
     old.mkdir()
     (old / "metrics.json").write_text("{}\n")
-    assert _script().main([str(old)]) == 2
+    assert load_benchmark("trained_on").main([str(old)]) == 2
     assert "predates" in capsys.readouterr().err
-    assert _script().main([str(tmp_path / "missing")]) == 2
+    assert load_benchmark("trained_on").main([str(tmp_path / "missing")]) == 2
 
 
 def test_record_survives_a_checkpoint_round_trip():
