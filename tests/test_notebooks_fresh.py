@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_pipeline import _load_benchmark
+from tests.conftest import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory):
     """A fresh copy of the project as a clone gives it: tracked files only, no runs/, data/ or DVC cache."""
-    smoke = _load_benchmark("smoke_pipeline")
+    smoke = load_benchmark("smoke_pipeline")
     repo = tmp_path_factory.mktemp("fresh") / "coda"
     return smoke.commit_all(smoke.copy_working_tree(repo), "fresh")
 
